@@ -1,0 +1,5 @@
+"""`python -m loopcheck` runs the command line."""
+
+from loopcheck.cli import main
+
+main()

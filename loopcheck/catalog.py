@@ -1,0 +1,104 @@
+"""The rule catalogue: reads the pages in `rules/` (one Markdown file per code).
+
+Each page starts with a front block that is the only place a code's name, severity and
+summary are written down:
+
+    ---
+    code: LC102
+    name: zero-grad-between-backward-and-step
+    severity: error
+    since: 0.1.0
+    summary: gradients are reset after backward and before step, so the step sees zeros
+    ---
+
+Rules, probe detectors, `loopcheck rules`, `loopcheck explain` and the SARIF driver all read
+metadata from here. In a wheel the pages ship as `loopcheck/_pages/`; in a source checkout they
+are read from `rules/` at the repository root.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from loopcheck.findings import Severity
+
+_FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+@dataclass(frozen=True)
+class RulePage:
+    code: str
+    name: str
+    severity: Severity
+    since: str
+    summary: str
+    fix: str  # "safe", "unsafe" or "none"
+    text: str  # the whole page, front block removed
+    path: Path
+
+    def section(self, title: str) -> str:
+        """The body of the `## title` section ('' when the page has none)."""
+        match = re.search(rf"^## {re.escape(title)}\s*\n(.*?)(?=^## |\Z)", self.text, re.S | re.M)
+        return match.group(1).strip() if match else ""
+
+    def example(self, title: str) -> str:
+        """The first python code block of section `title` (Bad or Good)."""
+        match = _FENCE.search(self.section(title) + "\n")
+        return match.group(1) if match else ""
+
+    @property
+    def family(self) -> str:
+        return self.code[:3]
+
+
+def pages_dir() -> Path:
+    packaged = Path(__file__).parent / "_pages"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "rules"
+
+
+def _parse(path: Path) -> RulePage:
+    raw = path.read_text(encoding="utf-8")
+    if not raw.startswith("---\n"):
+        raise ValueError(f"{path}: a rule page starts with a '---' front block")
+    head, _, body = raw[4:].partition("\n---\n")
+    meta: dict[str, str] = {}
+    for line in head.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            meta[key.strip()] = value.strip()
+    missing = {"code", "name", "severity", "since", "summary"} - meta.keys()
+    if missing:
+        raise ValueError(f"{path}: front block lacks {', '.join(sorted(missing))}")
+    return RulePage(
+        code=meta["code"],
+        name=meta["name"],
+        severity=Severity(meta["severity"]),
+        since=meta["since"],
+        summary=meta["summary"],
+        fix=meta.get("fix", "none"),
+        text=body.lstrip("\n"),
+        path=path,
+    )
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict[str, RulePage]:
+    """All pages by code, in code order."""
+    pages = (_parse(p) for p in sorted(pages_dir().glob("L*.md")))
+    return {page.code: page for page in pages}
+
+
+def page(code: str) -> RulePage:
+    try:
+        return catalog()[code.upper()]
+    except KeyError:
+        raise KeyError(f"unknown rule code {code!r}; `loopcheck rules` lists them") from None
+
+
+def codes(prefix: str = "") -> list[str]:
+    return [code for code in catalog() if code.startswith(prefix.upper())]

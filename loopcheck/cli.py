@@ -1,0 +1,129 @@
+"""The `loopcheck` command line: lint, rules, explain, init, report.
+
+Each command is a thin shell: it parses options and hands over to the module that does the
+work, so that importing the CLI never imports torch (only `init`'s template writer and `report`
+do, and only when they run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from loopcheck import __version__
+from loopcheck.catalog import catalog, page
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Find the silent bugs of hand-written PyTorch training loops.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+err = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"loopcheck {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Find the silent bugs of hand-written PyTorch training loops."""
+
+
+@app.command()
+def rules(
+    family: Optional[str] = typer.Argument(None, help="Only codes starting with this prefix, e.g. LC2 or LP."),
+) -> None:
+    """List the rule codes with their names and severities."""
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for col in ("code", "name", "severity", "finds"):
+        table.add_column(col)
+    for code, p in catalog().items():
+        if family and not code.startswith(family.upper()):
+            continue
+        table.add_row(code, p.name, p.severity.value, p.summary)
+    Console(soft_wrap=False).print(table)
+
+
+@app.command()
+def explain(code: str = typer.Argument(..., help="A rule code, e.g. LC102.")) -> None:
+    """Print a rule's page: what it finds, why it matters, bad and good code, the fix."""
+    from rich.markdown import Markdown
+
+    try:
+        p = page(code)
+    except KeyError as exc:
+        err.print(f"[red]error:[/] {exc.args[0]}")
+        raise typer.Exit(2) from None
+    out = Console()
+    if out.is_terminal:
+        out.print(Markdown(p.text))
+    else:
+        typer.echo(p.text)
+
+
+@app.command()
+def lint(
+    paths: List[Path] = typer.Argument(None, help="Files and directories to check (default: the current directory)."),
+    format: str = typer.Option("text", "--format", "-f", help="text, concise, json, sarif or github."),
+    select: Optional[str] = typer.Option(None, "--select", help="Only these codes or prefixes, comma-separated (LC1,LC201)."),
+    extend_select: Optional[str] = typer.Option(None, "--extend-select", help="Add codes to the configured selection."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", help="Skip these codes or prefixes, comma-separated."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Lowest severity that makes the exit code 1: error, warning or info."),
+    fix: bool = typer.Option(False, "--fix", help="Apply safe fixes in place."),
+    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="With --fix or --diff, also apply fixes that may change behaviour."),
+    diff: bool = typer.Option(False, "--diff", help="Show the fixes as a unified diff; write nothing."),
+    statistics: bool = typer.Option(False, "--statistics", help="Print the number of findings per code."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Files checked in parallel (default: number of cores)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the .loopcheck_cache."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Use this pyproject.toml or loopcheck.toml instead of searching."),
+    isolated: bool = typer.Option(False, "--isolated", help="Ignore every configuration file."),
+    warn_unused_noqa: bool = typer.Option(False, "--warn-unused-suppressions", help="Report suppressions that suppress nothing (LC001)."),
+) -> None:
+    """Check training scripts for silent training-loop bugs."""
+    from loopcheck.lint.command import LintOptions, run
+
+    options = LintOptions(
+        paths=list(paths or [Path(".")]), format=format, select=select, extend_select=extend_select,
+        ignore=ignore, fail_on=fail_on, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
+        statistics=statistics, output=output, jobs=jobs, no_cache=no_cache, config=config,
+        isolated=isolated, warn_unused_suppressions=warn_unused_noqa,
+    )
+    raise typer.Exit(run(options))
+
+
+@app.command()
+def init(
+    path: Path = typer.Argument(Path("train.py"), help="Where to write the training script."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+) -> None:
+    """Write the reference training loop as a standalone train.py to start from."""
+    from loopcheck.reference.template import write_template
+
+    raise typer.Exit(write_template(path, force=force, console=err))
+
+
+@app.command()
+def report(
+    log: Path = typer.Argument(..., help="A probe run log (JSONL) written with probe(..., log=...)."),
+    png: Optional[Path] = typer.Option(None, "--png", help="Also write the plots to this PNG file (needs matplotlib)."),
+) -> None:
+    """Summarise a probe run log: findings, and plots of loss, grad norm and LR."""
+    from loopcheck.probe.report import render_report
+
+    raise typer.Exit(render_report(log, png=png))
+
+
+def main() -> None:
+    app()
