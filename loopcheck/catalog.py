@@ -102,3 +102,33 @@ def page(code: str) -> RulePage:
 
 def codes(prefix: str = "") -> list[str]:
     return [code for code in catalog() if code.startswith(prefix.upper())]
+
+
+def index_markdown() -> str:
+    """The rule index page (rules/README.md), generated from the front blocks."""
+    families = {
+        "LC0": "Meta", "LC1": "Gradients and zero_grad", "LC2": "LR schedulers", "LC3": "Train/eval modes",
+        "LC4": "Mixed precision", "LC5": "Checkpoints", "LC6": "Memory and loss", "LC7": "Data and distributed",
+        "LC8": "EMA and averaging", "LP1": "Probe: gradients and non-finite values", "LP2": "Probe: memory",
+        "LP3": "Probe: learning rate", "LP4": "Probe: modes and gradient bookkeeping", "LP5": "Probe: loss",
+        "LP6": "Probe: data",
+    }
+    out = [
+        "# Rule index",
+        "",
+        "Generated from the pages' front blocks (`python -m loopcheck.catalog > rules/README.md`).",
+        "`loopcheck rules` prints the same list; `loopcheck explain CODE` prints a page.",
+        "LC codes come from `loopcheck lint`, LP codes from `loopcheck.probe`.",
+    ]
+    current = None
+    for code, p in catalog().items():
+        if p.family != current:
+            current = p.family
+            out += ["", f"## {families.get(current, current)}", "", "| code | name | severity | autofix | finds |", "|---|---|---|---|---|"]
+        fix = {"safe": "safe", "unsafe": "unsafe"}.get(p.fix, "")
+        out.append(f"| [{code}]({code}.md) | {p.name} | {p.severity.value} | {fix} | {p.summary} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(index_markdown(), end="")
