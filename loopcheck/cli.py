@@ -90,6 +90,7 @@ def lint(
     config: Optional[Path] = typer.Option(None, "--config", help="Use this pyproject.toml or loopcheck.toml instead of searching."),
     isolated: bool = typer.Option(False, "--isolated", help="Ignore every configuration file."),
     warn_unused_noqa: bool = typer.Option(False, "--warn-unused-suppressions", help="Report suppressions that suppress nothing (LC001)."),
+    force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply the configured exclude to files named on the command line too (for pre-commit)."),
 ) -> None:
     """Check training scripts for silent training-loop bugs."""
     from loopcheck.lint.command import LintOptions, run
@@ -98,7 +99,7 @@ def lint(
         paths=list(paths or [Path(".")]), format=format, select=select, extend_select=extend_select,
         ignore=ignore, fail_on=fail_on, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
         statistics=statistics, output=output, jobs=jobs, no_cache=no_cache, config=config,
-        isolated=isolated, warn_unused_suppressions=warn_unused_noqa,
+        isolated=isolated, warn_unused_suppressions=warn_unused_noqa, force_exclude=force_exclude,
     )
     raise typer.Exit(run(options))
 

@@ -1,0 +1,211 @@
+"""The lint cache: a file's results, reused while nothing they depend on has changed.
+
+Entries live in `.loopcheck_cache/` at the project root (the nearest folder up from the working
+directory holding a pyproject.toml or .git, else the working directory), one JSON file per
+(file, effective configuration). An entry is valid while
+
+- the file's bytes hash the same,
+- loopcheck's version and the rule pages' metadata (names, severities, fix kinds) are unchanged
+  (both are part of the entry's name, so an upgrade starts afresh), and
+- every local module the file imports (directly or through other local modules) hashes the
+  same: the loop model follows calls into them, so editing `model.py` invalidates `train.py`.
+
+Unreadable or malformed entries are treated as missing and overwritten. Writing is best effort:
+a read-only tree just runs without a cache.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from loopcheck.catalog import catalog
+from loopcheck.findings import Finding, Severity
+from loopcheck.lint.output.report import FileError
+
+DIRNAME = ".loopcheck_cache"
+SCHEMA = 1
+_MAX_DEPS = 200  # a file importing more local modules than this is cached without following them all
+
+
+def project_root(start: Path | None = None) -> Path:
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file() or (folder / ".git").exists():
+            return folder
+    return here
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _salt() -> str:
+    from loopcheck import __version__
+
+    meta = [[p.code, p.name, p.severity.value, p.fix] for p in catalog().values()]
+    return digest(json.dumps([__version__, meta]).encode())[:16]
+
+
+@dataclass
+class Entry:
+    findings: list[Finding]
+    errors: list[FileError]
+
+
+def _finding_to_json(f: Finding) -> dict[str, Any]:
+    return f.lint_dict()
+
+
+def _finding_from_json(d: dict[str, Any]) -> Finding:
+    return Finding(
+        code=d["code"],
+        name=d["name"],
+        severity=Severity(d["severity"]),
+        message=d["message"],
+        path=d["path"],
+        line=d["line"],
+        column=d["column"],
+        end_line=d["end_line"],
+        end_column=d["end_column"],
+        fix=d["fix"],
+    )
+
+
+def local_imports(path: Path, source: bytes) -> list[Path]:
+    """The project's own modules that `path` imports, as the project index resolves them."""
+    from loopcheck.lint.project import ProjectIndex
+
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    index = ProjectIndex()
+    found: dict[Path, None] = {}
+    for node in ast.walk(tree):
+        targets: list[tuple[str, int]] = []
+        if isinstance(node, ast.Import):
+            targets = [(alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            targets = [(base, node.level)]
+            # `from . import engine` / `from pkg import engine`: the names may be modules too
+            targets += [(f"{base}.{alias.name}" if base else alias.name, node.level) for alias in node.names if alias.name != "*"]
+        for module, level in targets:
+            try:
+                resolved = index.resolve(str(path), module, level)
+            except (OSError, ValueError):
+                resolved = None
+            if resolved is not None:
+                resolved = resolved.resolve()
+                if resolved != path.resolve():
+                    found[resolved] = None
+    return list(found)
+
+
+class Cache:
+    """Lookups and stores of lint results for one run."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / DIRNAME / f"v{SCHEMA}-{_salt()}"
+        self._hashes: dict[Path, str | None] = {}
+        self._writable = True
+        self.hits = 0
+        self.misses = 0
+
+    def file_hash(self, path: Path) -> str | None:
+        path = path.resolve()
+        if path not in self._hashes:
+            try:
+                self._hashes[path] = digest(path.read_bytes())
+            except OSError:
+                self._hashes[path] = None
+        return self._hashes[path]
+
+    def _entry_path(self, path: Path, key: str) -> Path:
+        name = digest(f"{path.resolve()}\0{key}".encode())[:32]
+        return self.dir / name[:2] / f"{name}.json"
+
+    def get(self, path: Path, data: bytes, key: str) -> Entry | None:
+        """The stored results of path for this configuration key, if still valid."""
+        try:
+            raw = json.loads(self._entry_path(path, key).read_text(encoding="utf-8"))
+            if raw.get("schema") != SCHEMA or raw.get("sha") != digest(data):
+                return self._miss()
+            deps = raw["deps"]
+            if not isinstance(deps, dict) or any(self.file_hash(Path(p)) != h for p, h in deps.items()):
+                return self._miss()
+            entry = Entry(
+                findings=[_finding_from_json(d) for d in raw["findings"]],
+                errors=[FileError(e["path"], e["line"], e["message"], e.get("code")) for e in raw["errors"]],
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return self._miss()
+        self.hits += 1
+        return entry
+
+    def _miss(self) -> None:
+        self.misses += 1
+        return None
+
+    def put(self, path: Path, data: bytes, key: str, findings: Iterable[Finding], errors: Iterable[FileError]) -> None:
+        if not self._writable:
+            return
+        deps = self._dependencies(path, data)
+        doc = {
+            "schema": SCHEMA,
+            "path": str(path.resolve()),
+            "sha": digest(data),
+            "deps": deps,
+            "findings": [_finding_to_json(f) for f in findings],
+            "errors": [{"path": e.path, "line": e.line, "message": e.message, "code": e.code} for e in errors],
+        }
+        target = self._entry_path(path, key)
+        try:
+            self._prepare(target.parent)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh)
+            os.replace(tmp, target)
+        except OSError:
+            self._writable = False
+
+    def _dependencies(self, path: Path, data: bytes) -> dict[str, str | None]:
+        """Hashes of the local modules reached from path through imports (transitively)."""
+        seen: dict[Path, None] = {path.resolve(): None}
+        queue = local_imports(path, data)
+        deps: dict[str, str | None] = {}
+        while queue and len(deps) < _MAX_DEPS:
+            dep = queue.pop(0)
+            if dep in seen:
+                continue
+            seen[dep] = None
+            deps[str(dep)] = self.file_hash(dep)
+            try:
+                queue.extend(local_imports(dep, dep.read_bytes()))
+            except OSError:
+                continue
+        return deps
+
+    def _prepare(self, folder: Path) -> None:
+        if folder.is_dir():
+            return
+        top = self.dir.parent
+        fresh = not top.exists()
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in top.glob("v*"):
+            if old.is_dir() and old != self.dir:  # results of another loopcheck version
+                shutil.rmtree(old, ignore_errors=True)
+        if fresh:
+            (top / ".gitignore").write_text("# created by loopcheck\n*\n", encoding="utf-8")
+            (top / "CACHEDIR.TAG").write_text(
+                "Signature: 8a477f597d28d172789f06886806bc55\n# loopcheck lint cache: safe to delete\n",
+                encoding="utf-8",
+            )

@@ -1,0 +1,96 @@
+"""Text edits: the difference between the source and its fixed rendering as minimal
+replacements (1-based lines and columns, end exclusive), and applying them back."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace [start, end) of the original source with content; 1-based lines and columns."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
+
+    def to_dict(self) -> dict:
+        return {
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+            "content": self.content,
+        }
+
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+$")
+
+
+def _lines(text: str) -> list[str]:
+    return _LINE.findall(text)
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+
+
+def _position(starts: list[int], offset: int) -> tuple[int, int]:
+    line = bisect_right(starts, offset)
+    return line, offset - starts[line - 1] + 1
+
+
+def _offset(starts: list[int], line: int, column: int) -> int:
+    return starts[line - 1] + column - 1
+
+
+def edits_between(old: str, new: str) -> list[Edit]:
+    """The smallest line hunks turning old into new; a hunk of one line into one line is
+    narrowed to the characters that change."""
+    a, b = _lines(old), _lines(new)
+    a_starts = [0]
+    for line in a:
+        a_starts.append(a_starts[-1] + len(line))
+    starts = _line_starts(old)
+    out: list[Edit] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        before, after = "".join(a[i1:i2]), "".join(b[j1:j2])
+        head = tail = 0
+        if i2 - i1 == 1 and j2 - j1 == 1:  # one changed line: narrow to the changed characters
+            while head < min(len(before), len(after)) and before[head] == after[head]:
+                head += 1
+            while tail < min(len(before), len(after)) - head and before[-1 - tail] == after[-1 - tail]:
+                tail += 1
+        start = a_starts[i1] + head
+        end = a_starts[i2] - tail
+        line, column = _position(starts, start)
+        end_line, end_column = _position(starts, end)
+        out.append(Edit(line, column, end_line, end_column, after[head : len(after) - tail]))
+    return out
+
+
+def apply_edits(source: str, edits: Sequence[Edit]) -> str:
+    """Apply non-overlapping edits of `source` (in any order)."""
+    starts = _line_starts(source)
+    spans = sorted(
+        ((_offset(starts, e.line, e.column), _offset(starts, e.end_line, e.end_column), e.content) for e in edits),
+        reverse=True,
+    )
+    text = source
+    for start, end, content in spans:
+        text = text[:start] + content + text[end:]
+    return text
+
+
+def edit_offsets(source: str, edits: Sequence[Edit]) -> list[tuple[int, int]]:
+    starts = _line_starts(source)
+    return [(_offset(starts, e.line, e.column), _offset(starts, e.end_line, e.end_column)) for e in edits]

@@ -1,0 +1,261 @@
+"""Data-order rules (LC701-LC702): the training DataLoader's sampler and shuffling.
+
+"The training loader" is the loader a batch loop of the model iterates (a loop that calls
+backward). Its constructor comes from the loader's binding; the sampler and the dataset passed to
+it are read from that call, following names with `memory.Flow` (which also resolves dataset
+classes defined in other modules of the project).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import libcst as cst
+
+from loopcheck.findings import Finding
+from loopcheck.lint.loopmodel import Binding, EventKind, Loop, LoopKind, Role
+from loopcheck.lint.project import parse_path
+from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.rules.memory import Flow, ModuleIndex, Where, code_of, dotted, first_arg, index_for, keyword_arg
+
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
+_SHUFFLE_AT, _SAMPLER_AT, _BATCH_SAMPLER_AT = 2, 3, 4
+_STREAMING = re.compile(r"iterable|stream|webdataset|\bwds\b|datapipe|IterDataPipe", re.I)
+
+
+def _training_loops(ctx: FileContext) -> Iterator[Loop]:
+    for loop in ctx.model.walk_loops():
+        if loop.kind is LoopKind.BATCH:
+            yield loop
+
+
+def _loader_name(flow: Flow, loop: Loop) -> str | None:
+    """The loader a batch loop iterates: the model's, or `next(it)` with `it = iter(loader)`."""
+    if loop.loader:
+        return loop.loader
+    index = flow.main
+    if id(loop.node) not in index.order:
+        return None
+    names = set()
+    for node in index.scoped(loop.node.body):
+        if isinstance(node, cst.Call) and dotted(node.func) == "next" and node.args:
+            arg = node.args[0].value
+            if isinstance(arg, cst.Name):
+                values = flow.values_of(index, arg, node, 0)
+                arg = values[0][1] if len(values) == 1 and values[0][3] is None else arg
+            if isinstance(arg, cst.Call) and dotted(arg.func) == "iter" and arg.args:
+                names.add(dotted(arg.args[0].value))
+    names.discard(None)
+    return names.pop() if len(names) == 1 else None
+
+
+@dataclass(frozen=True)
+class _Loader:
+    name: str
+    index: ModuleIndex  # the module holding the constructor call
+    call: cst.Call
+
+
+def _loader(ctx: FileContext, flow: Flow, loop: Loop) -> _Loader | None:
+    """The `DataLoader(...)` call behind the loader a batch loop iterates."""
+    name = _loader_name(flow, loop)
+    if not name:
+        return None
+    binding = ctx.model.bindings.get(name)
+    if binding is not None and binding.role is Role.LOADER and binding.call is not None:
+        if binding.cls != "DataLoader":
+            return None
+        index = _index_of(ctx, flow, binding)
+        return _Loader(name, index, binding.call) if index is not None else None
+    if id(loop.node) not in flow.main.order:
+        return None
+    obj = flow.obj(flow.main, cst.parse_expression(name), loop.node)
+    if obj is None or obj.kind != "call" or obj.name.rpartition(".")[2] != "DataLoader":
+        return None
+    return _Loader(name, obj.where.index, obj.where.node)  # type: ignore[arg-type]
+
+
+def _arg(call: cst.Call, name: str, position: int) -> cst.Arg | None:
+    found = keyword_arg(call, name)
+    if found is not None:
+        return found
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return positional[position] if position < len(positional) else None
+
+
+def _is_none(arg: cst.Arg | None) -> bool:
+    return arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+
+
+def _bool(arg: cst.Arg | None) -> bool | None:
+    """The literal value of a boolean argument; None when absent-or-unknown is ambiguous."""
+    if arg is not None and isinstance(arg.value, cst.Name) and arg.value.value in ("True", "False"):
+        return arg.value.value == "True"
+    return None
+
+
+def _has_star(call: cst.Call) -> bool:
+    return any(a.star for a in call.args)
+
+
+def _index_of(ctx: FileContext, flow: Flow, binding: Binding) -> ModuleIndex | None:
+    """The index of the module holding the binding's constructor call."""
+    if not binding.path or binding.path == ctx.path:
+        index = flow.main
+    else:
+        parsed = parse_path(Path(binding.path))
+        if parsed is None:
+            return None
+        index = index_for(parsed.path, parsed.module)
+    return index if id(binding.call) in index.order else None
+
+
+def _inside(index: ModuleIndex, node: cst.CSTNode, loop: Loop) -> bool:
+    current = index.parent.get(id(node))
+    while current is not None:
+        if current is loop.node:
+            return True
+        current = index.parent.get(id(current))
+    return False
+
+
+def _report_at(flow: Flow, loop: Loop, index: ModuleIndex, node: cst.CSTNode) -> cst.CSTNode | None:
+    """`node` when it is in the linted file, else the batch loop when that is; None otherwise."""
+    if index is flow.main:
+        return node
+    if id(loop.node) in flow.main.order:
+        return loop.node
+    return None
+
+
+def _outer(loop: Loop) -> Loop | None:
+    """The loop around the batch loop (an epoch loop, or a `while step < max_steps`)."""
+    return loop.parent
+
+
+class SamplerSetEpochMissing(Rule):
+    code = "LC701"
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if any(e.kind is EventKind.SET_EPOCH for e in ctx.model.events) or "set_epoch" in ctx.source:
+            return  # set_epoch is called somewhere: which sampler it reaches is not worth guessing
+        flow = Flow(ctx)
+        reported: set[int] = set()
+        for loop in _training_loops(ctx):
+            epoch = _outer(loop)
+            loader = _loader(ctx, flow, loop) if epoch is not None else None
+            if loader is None or _inside(loader.index, loader.call, epoch):
+                continue
+            arg = _arg(loader.call, "sampler", _SAMPLER_AT)
+            if arg is None or _is_none(arg):
+                continue
+            sampler = self._distributed_sampler(flow, loader.index, arg.value, loader.call)
+            if sampler is None or id(sampler.node) in reported or _inside(sampler.index, sampler.node, epoch):
+                continue
+            shuffle = keyword_arg(sampler.node, "shuffle")  # type: ignore[arg-type]
+            if shuffle is not None and _bool(shuffle) is not True:
+                continue  # shuffle=False: the order does not depend on the epoch; unknown: say nothing
+            at = _report_at(flow, loop, sampler.index, sampler.node) or _report_at(flow, loop, loader.index, loader.call)
+            if at is None:
+                continue
+            reported.add(id(sampler.node))
+            name = dotted(arg.value)
+            call = f"{name}.set_epoch(epoch)" if name else f"{loader.name}.sampler.set_epoch(epoch)"
+            yield self.finding(
+                ctx,
+                at,
+                f"the DistributedSampler of `{loader.name}` never gets `set_epoch`: every epoch replays "
+                f"the same order on every rank; call `{call}` at the top of each epoch",
+            )
+
+    @staticmethod
+    def _distributed_sampler(flow: Flow, index: ModuleIndex, expr, at) -> Where | None:
+        """The `DistributedSampler(...)` call `expr` refers to."""
+        if isinstance(expr, cst.Call):
+            call = expr
+            found_index = index
+        else:
+            obj = flow.obj(index, expr, at)
+            if obj is None or obj.kind != "call":
+                return None
+            call = obj.where.node
+            found_index = obj.where.index
+        if not isinstance(call, cst.Call) or not isinstance(call.func, (cst.Name, cst.Attribute)):
+            return None
+        qualified = found_index.qualify(call.func) or ""
+        if qualified.rpartition(".")[2] != "DistributedSampler":
+            return None
+        return Where(found_index, call)
+
+
+class TrainLoaderNotShuffled(Rule):
+    code = "LC702"
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        flow = Flow(ctx)
+        reported: set[int] = set()
+        for loop in _training_loops(ctx):
+            loader = _loader(ctx, flow, loop)
+            if loader is None or id(loader.call) in reported:
+                continue
+            call = loader.call
+            if _has_star(call):
+                continue
+            if not _is_none(_arg(call, "sampler", _SAMPLER_AT)) or not _is_none(_arg(call, "batch_sampler", _BATCH_SAMPLER_AT)):
+                continue
+            shuffle = _arg(call, "shuffle", _SHUFFLE_AT)
+            if shuffle is not None and _bool(shuffle) is not False:
+                continue  # shuffle=True, or shuffle=<expression>: unknown here
+            dataset = first_arg(call, 0, keyword="dataset")
+            if dataset is None or self._not_shufflable(flow, loader.index, dataset, call):
+                continue
+            at = _report_at(flow, loop, loader.index, call)
+            if at is None:
+                continue
+            reported.add(id(call))
+            where = "" if at is call else f" (built at {Where(loader.index, call).label(ctx.path)})"
+            how = "shuffle=False" if shuffle is not None else "no shuffle"
+            yield self.finding(
+                ctx,
+                at,
+                f"the training loader `{loader.name}`{where} has {how} and no sampler: every epoch "
+                "sees the same batches in the same order (one class at a time if the data is stored "
+                "sorted); pass shuffle=True",
+            )
+
+    @staticmethod
+    def _not_shufflable(flow: Flow, index: ModuleIndex, dataset: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Iterable, streaming, or already shuffled datasets: the loader cannot (or need not) shuffle."""
+        seen: list[cst.CSTNode] = [dataset]
+        expr, where_index, node = dataset, index, at
+        for _ in range(6):  # follow the dataset through names, keeping every expression met
+            values = flow.values_of(where_index, expr, node, 0) if isinstance(expr, (cst.Name, cst.Attribute)) else []
+            if len(values) != 1 or values[0][3] is not None:
+                break
+            where_index, expr, node, _ = values[0]
+            seen.append(expr)
+        for expr in seen:
+            text = code_of(expr)
+            if _STREAMING.search(text) or ".shuffle(" in text or "streaming=True" in text.replace(" ", ""):
+                return True
+        obj = flow.obj(index, dataset, at)
+        if obj is None:
+            return False
+        if obj.kind == "class":
+            return _iterable_class(flow, obj.where)
+        return obj.kind == "call" and bool(_STREAMING.search(obj.name))
+
+
+def _iterable_class(flow: Flow, cls: Where) -> bool:
+    for current in flow.bases(cls):
+        node = current.node
+        assert isinstance(node, cst.ClassDef)
+        if "__iter__" in current.index.methods(node):
+            return True
+        for base in node.bases:
+            if _STREAMING.search(code_of(base.value)):
+                return True
+    return False

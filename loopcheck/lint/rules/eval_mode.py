@@ -1,0 +1,332 @@
+"""Train/eval mode rules (LC301-LC304): evaluation loops in training mode or with autograd
+recording, eval mode that leaks into the next training iteration, backward with recording off.
+
+The checks read the model's flat event trace (helpers and local modules inlined) as a cycle over
+the enclosing loop: what runs at the end of iteration i precedes what runs at the start of
+iteration i + 1. A name's mode is only trusted when the script sets it with a constant
+(`model.train()`, `model.eval()`, `model.train(False)`); `model.train(flag)` ends every check.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from loopcheck.findings import Finding
+from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
+from loopcheck.lint.rules.base import FileContext, Rule
+
+K = EventKind
+_MODES = (K.TRAIN_MODE, K.EVAL_MODE)
+# attributes that are the whole model, not a submodule: DDP / DataParallel and torch.compile wrappers
+_WHOLE = (".module", "._orig_mod")
+# an evaluation loop iterates data: a loader, a split, a dataset
+_DATA_ITER = re.compile(r"loader|\bdl\b|_dl\b|val|test|eval|dataset|batches|data\b", re.I)
+# loops that need the graph: input gradients, saliency maps, adversarial examples
+_NEEDS_GRAPH = re.compile(r"autograd\.grad|requires_grad|\.backward\(|torch\.func\.|vjp\(|jacobian\(")
+
+
+def _inside(event: Event, loop: Loop) -> bool:
+    current = event.loop
+    while current is not None:
+        if current is loop:
+            return True
+        current = current.parent
+    return False
+
+
+def _outermost(loop: Loop) -> Loop:
+    while loop.parent is not None:
+        loop = loop.parent
+    return loop
+
+
+def _same_model(a: str | None, b: str | None) -> bool:
+    """`model`, `model.module` and `model._orig_mod` are one network; `model.backbone` is a part."""
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    for suffix in _WHOLE:
+        if a + suffix == b or b + suffix == a:
+            return True
+    return False
+
+
+def _mode_of(event: Event) -> str | None:
+    """'train' / 'eval' for a mode switch with a constant argument, None when the mode is unknown."""
+    if event.kind is K.EVAL_MODE:
+        return "eval"
+    if event.kind is not K.TRAIN_MODE:
+        return None
+    node = event.node
+    if isinstance(node, cst.Expr):
+        node = node.value
+    if isinstance(node, cst.Call) and node.args:
+        value = node.args[0].value
+        if not (isinstance(value, cst.Name) and value.value == "True"):
+            return None  # `model.train(flag)`: depends on the flag
+    return "train"
+
+
+def _trained(model: ModuleModel, events: list[Event] | None = None) -> set[str]:
+    """Names of the networks being trained: what an optimizer updates, and what runs forward with
+    autograd recording in a batch loop (only among `events`, when given)."""
+    if events is not None:
+        return {e.target for e in events if _trains(e)}
+    names = {e.target for e in model.events if _trains(e)}
+    for binding in model.bindings.values():
+        if binding.role is Role.OPTIMIZER:
+            names.update(n for n in binding.detail.get("params_of") or () if isinstance(n, str))
+    return names
+
+
+def _trains(e: Event) -> bool:
+    """A forward pass with autograd recording, in a batch loop."""
+    in_batch = e.loop is not None and e.loop.kind is LoopKind.BATCH
+    return bool(e.kind is K.FORWARD and e.target and not e.no_grad and in_batch)
+
+
+def _is_trained(name: str | None, trained: set[str]) -> bool:
+    return any(_same_model(name, t) for t in trained)
+
+
+class _Entries:
+    """Which entry point (a function or method of this file, or the module body) an event of the
+    model's trace was reached from: the trace runs the entry points one after the other, and what
+    one of them does says nothing about the mode at the start of another."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.ranges: list[tuple[int, int]] = []
+        for stmt in ctx.module.body:
+            defs = [stmt] if isinstance(stmt, cst.FunctionDef) else []
+            if isinstance(stmt, cst.ClassDef):
+                defs = [s for s in stmt.body.body if isinstance(s, cst.FunctionDef)]
+            for fdef in defs:
+                span = ctx.span(fdef)
+                self.ranges.append((span.line, span.end_line))
+
+    def of(self, event: Event) -> int:
+        """The first line of the entry function (0 for the module body)."""
+        line = event.via[0].line if event.via else event.line
+        if event.via and event.via[0].path != self.ctx.path or not event.via and event.path != self.ctx.path:
+            return -1
+        return next((start for start, end in self.ranges if start <= line <= end), 0)
+
+
+def _index(events: list[Event], event: Event) -> int:
+    for i, e in enumerate(events):
+        if e is event:
+            return i
+    return -1
+
+
+def _is_model_forward(model: ModuleModel, event: Event) -> bool:
+    return event.kind is K.FORWARD and bool(event.target) and model.role(event.target) in (Role.MODEL, None)
+
+
+def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
+    """Evaluation loops over data, each with its first forward pass of a model."""
+    for loop in model.walk_loops():
+        if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
+            continue
+        iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
+        if not iterates_data or loop.iter_text.lstrip().startswith("range("):
+            continue
+        forward = next((e for e in model.events if _is_model_forward(model, e) and _inside(e, loop)), None)
+        if forward is not None:
+            yield loop, forward
+
+
+# ---------------------------------------------------------------------------------------------
+# LC301
+# ---------------------------------------------------------------------------------------------
+
+
+def _last_mode(events: list[Event], target: str) -> Event | None:
+    """The last mode switch in `events` that decides `target`'s mode (a switch of another network
+    to eval mode counts as well: the names may be two handles of one model)."""
+    for event in reversed(events):
+        if event.kind is K.TRAIN_MODE and _same_model(event.target, target):
+            return event
+        if event.kind is K.EVAL_MODE and not event.detail.get("frozen"):
+            if _same_model(event.target, target) or "." not in (event.target or "."):
+                return event
+    return None
+
+
+class EvalWithoutEvalMode(Rule):
+    code = "LC301"
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        model = ctx.model
+        entries = _Entries(ctx)
+        for loop, forward in _evaluation_loops(model):
+            target = forward.target
+            entry = entries.of(forward)
+            events = [e for e in model.events if entries.of(e) == entry]
+            at = _index(events, forward)
+            if at < 0:
+                continue
+            outer = _outermost(loop)
+            first = next((i for i, e in enumerate(events) if _inside(e, outer)), at)
+            last = max((i for i, e in enumerate(events) if _inside(e, outer)), default=at)
+            prefix, tail, before = events[first:at], events[at + 1 : last + 1], events[:first]
+            backward_in_outer = any(e.kind is K.BACKWARD for e in events[first : last + 1])
+
+            switch = _last_mode(prefix, target)
+            if switch is not None:
+                states = [(switch, events[_index(events, switch) : at])]
+            else:
+                states = []
+                tail_switch = _last_mode(tail, target)
+                if tail_switch is not None:
+                    states.append((tail_switch, events[_index(events, tail_switch) : last + 1] + prefix))
+                pre = _last_mode(before, target)
+                states.append((pre, events[_index(events, pre) if pre else 0 : at]))
+
+            for state, between in states:
+                if state is None:
+                    # never switched: a network built in train mode, trained here, evaluated as is
+                    if not _is_trained(target, _trained(model, events)):
+                        continue
+                elif _mode_of(state) != "train":
+                    continue
+                elif not (any(e.kind is K.BACKWARD for e in between) or backward_in_outer and loop is not outer):
+                    continue  # train() right before a forward-only pass: on purpose (BN recalibration)
+                yield self.finding(
+                    ctx,
+                    forward,
+                    f"the evaluation loop over `{loop.iter_text}` runs `{target}` in training mode "
+                    f"(no `{target}.eval()` since "
+                    + (f"`{state.target}.train()` on line {state.line}" if state else "it was built")
+                    + "): dropout stays on and BatchNorm uses and updates batch statistics; "
+                    f"call `{target}.eval()` before the loop",
+                )
+                break
+
+
+# ---------------------------------------------------------------------------------------------
+# LC302
+# ---------------------------------------------------------------------------------------------
+
+
+def _loop_source(ctx: FileContext, loop: Loop) -> str:
+    try:
+        return cst.Module(body=[]).code_for_node(loop.node)
+    except Exception:  # a node libcst cannot print alone: treat as plain code
+        return ""
+
+
+class EvalWithoutNoGrad(Rule):
+    code = "LC302"
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        for loop, forward in _evaluation_loops(ctx.model):
+            if forward.no_grad or forward.grad_conditional:
+                continue
+            if _NEEDS_GRAPH.search(_loop_source(ctx, loop)):
+                continue
+            yield self.finding(
+                ctx,
+                forward,
+                f"`{forward.target}` runs forward in the evaluation loop over `{loop.iter_text}` with "
+                f"autograd recording: every batch keeps its activations for a backward that never "
+                f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# LC303
+# ---------------------------------------------------------------------------------------------
+
+
+def _exclusive(a: Event, b: Event) -> bool:
+    """On opposite branches of one condition: never both in the same iteration."""
+    return any(ga.text == gb.text and ga.negated != gb.negated for ga in a.guards for gb in b.guards)
+
+
+def _innermost_training_loop(model: ModuleModel, event: Event) -> Loop | None:
+    loop = event.loop
+    while loop is not None:
+        if any(e.kind is K.BACKWARD and _inside(e, loop) for e in model.events):
+            return loop
+        loop = loop.parent
+    return None
+
+
+class TrainModeNotRestored(Rule):
+    code = "LC303"
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        model = ctx.model
+        trained = _trained(model)
+        for event in model.events:
+            if event.kind is not K.EVAL_MODE or event.detail.get("frozen"):
+                continue
+            target = event.target
+            if not _is_trained(target, trained):
+                continue  # a teacher, an EMA copy, a frozen part: kept in eval mode on purpose
+            loop = _innermost_training_loop(model, event)
+            if loop is None:
+                continue
+            iteration = [e for e in model.events if _inside(e, loop)]
+            at = _index(iteration, event)
+            if at < 0:
+                continue
+            # the rest of this iteration (minus the other side of the eval()'s `if`), then the next
+            rest = [e for e in iteration[at + 1 :] if not _exclusive(e, event)]
+            for later in rest + iteration[:at]:
+                if later.kind in _MODES and _same_model(later.target, target):
+                    break  # switched again (back to train, or eval again: that one is judged)
+                if later.kind is K.TRAIN_MODE and "." not in (later.target or "."):
+                    break  # another handle of the network is switched back: say nothing
+                if later.kind is K.BACKWARD:
+                    where = "epoch" if loop.kind is not LoopKind.BATCH else "batch"
+                    yield self.finding(
+                        ctx,
+                        event,
+                        f"`{target}.eval()` in the {where} loop is never undone: the next backward "
+                        f"(line {later.line}) trains `{target}` in eval mode, with dropout off and "
+                        f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
+                    )
+                    break
+
+
+# ---------------------------------------------------------------------------------------------
+# LC304
+# ---------------------------------------------------------------------------------------------
+
+
+class BackwardUnderNoGrad(Rule):
+    code = "LC304"
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        events = ctx.model.events
+        entries = _Entries(ctx)
+        for i, event in enumerate(events):
+            if event.kind is not K.BACKWARD or not event.no_grad or event.grad_conditional:
+                continue
+            # the forward that produced the loss: the nearest one before, back to the previous backward
+            forward = None
+            entry = entries.of(event)
+            for prev in reversed(events[:i]):
+                if prev.kind is K.BACKWARD or entries.of(prev) != entry:
+                    break
+                if prev.kind is K.FORWARD:
+                    forward = prev
+                    break
+            if forward is None or not forward.no_grad:
+                continue  # a graph recorded outside the block: autograd still computes the gradients
+            loss = event.target or "loss"
+            yield self.finding(
+                ctx,
+                event,
+                f"`{loss}.backward()` runs under no_grad / inference_mode, and so does the forward "
+                f"pass of `{forward.target}` that produced it (line {forward.line}): no graph is "
+                f"recorded and backward raises RuntimeError; move the training step out of the "
+                f"no_grad region or wrap it in `torch.enable_grad()`",
+            )

@@ -1,0 +1,257 @@
+"""LP101 / LP102 gradient norm spikes and vanishing; LP403 gradients not reset; LP404 unused parameters.
+
+Gradient norms come from `Probe.grad_norms` (fused per-parameter norms, kept on the device) and
+are read every `every` steps. Gradient resets are tracked by identity and version counter of
+the `.grad` tensors (weak references, no reads of their values).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from loopcheck.probe.detectors.base import Detector
+from loopcheck.probe.stats import RobustLevel, host_read
+
+_TOP = 3  # layers named in a spike / vanishing finding
+_TRACKED = 8  # parameters per optimizer whose .grad resets are followed (LP403)
+
+
+class GradNormDetector(Detector):
+    codes = ("LP101", "LP102")
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__(probe)
+        c = self.config
+        self._levels: dict[int, RobustLevel] = defaultdict(lambda: RobustLevel(c.window, c.warmup, c.spike_z, c.spike_ratio))
+        self._pending: list[tuple[int, int, torch.Tensor, list[int]]] = []
+        self._low_total: dict[int, int] = defaultdict(int)
+        self._low_module: dict[tuple[int, str], int] = defaultdict(int)
+        self._totals: list[float] = []
+
+    def on_step_pre(self, index: int, optimizer: Any) -> None:
+        vec, positions = self.probe.grad_norms(index)
+        if vec is not None:
+            self._pending.append((self.probe.step + 1, index, vec, positions))
+
+    def on_sample(self, step: int, final: bool) -> None:
+        pending, self._pending = self._pending, []
+        self._totals = []
+        if not pending:
+            return
+        flat = host_read(torch.cat([vec for _, _, vec, _ in pending])).double().tolist()
+        offset = 0
+        for at, index, vec, positions in pending:
+            norms = flat[offset:offset + vec.numel()]
+            offset += vec.numel()
+            if not all(math.isfinite(n) for n in norms):
+                continue  # the non-finite detector owns these steps
+            total = math.sqrt(sum(n * n for n in norms))
+            if index == 0:
+                self._totals.append(total)
+            modules = self._by_module(index, positions, norms)
+            self._spike(at, index, total, modules)
+            self._vanishing(at, index, total, modules)
+
+    def _by_module(self, index: int, positions: list[int], norms: list[float]) -> dict[str, float]:
+        params = self.probe.opt_params[index]
+        squares: dict[str, float] = defaultdict(float)
+        for j, n in zip(positions, norms):
+            squares[self.probe.owner(params[j])] += n * n
+        return {name: math.sqrt(v) for name, v in squares.items()}
+
+    def _spike(self, at: int, index: int, total: float, modules: dict[str, float]) -> None:
+        level = self._levels[index].push(total)
+        if level is None:
+            return
+        top = sorted(modules.items(), key=lambda kv: -kv[1])[:_TOP]
+        layers = ", ".join(f"{name} {norm:.3g}" for name, norm in top)
+        self.report(
+            "LP101",
+            f"total gradient norm {total:.3g} at step {at} is {total / level:.0f}x its recent median "
+            f"{level:.3g}; largest layer norms: {layers}",
+            where=self._optimizer_name(index), step=at, norm=total, median=level,
+            layers=[name for name, _ in top],
+        )
+
+    def _vanishing(self, at: int, index: int, total: float, modules: dict[str, float]) -> None:
+        c = self.config
+        if total < c.vanish_norm:
+            self._low_total[index] += 1
+            if self._low_total[index] == c.vanish_steps:
+                self.report(
+                    "LP102",
+                    f"total gradient norm has stayed below {c.vanish_norm:g} for {c.vanish_steps} steps "
+                    f"(now {total:.3g}): the model has stopped learning",
+                    where=self._optimizer_name(index), step=at,
+                )
+            return
+        self._low_total[index] = 0
+        vanished = []
+        for name, norm in modules.items():
+            key = (index, name)
+            if norm < c.vanish_ratio * total:
+                self._low_module[key] += 1
+                if self._low_module[key] == c.vanish_steps:
+                    vanished.append(name)
+            else:
+                self._low_module[key] = 0
+        if vanished:
+            smallest = sorted(modules.items(), key=lambda kv: kv[1])[:_TOP]
+            self.report(
+                "LP102",
+                f"the gradient of {', '.join(vanished)} has stayed below {c.vanish_ratio:g} of the total norm "
+                f"({total:.3g}) for {c.vanish_steps} steps: these layers no longer learn (saturated "
+                f"activations, dead units); smallest layer norms: "
+                + ", ".join(f"{n} {v:.3g}" for n, v in smallest),
+                where=vanished[0], step=at, layers=vanished,
+            )
+
+    def _optimizer_name(self, index: int) -> str | None:
+        return None if len(self.probe.optimizers) == 1 else f"optimizer{index}"
+
+    def metrics(self) -> dict[str, Any]:
+        if not self._totals:
+            return {}
+        return {"grad_norm": sum(self._totals) / len(self._totals), "grad_norm_max": max(self._totals)}
+
+
+class GradResetDetector(Detector):
+    """LP403: a step whose gradients still held the previous step's values before its backward.
+
+    After optimizer i steps, a few of its parameters' `.grad` tensors are remembered (weakly) with
+    their version counters. A reset shows as a new or missing tensor, a bumped version between
+    backward passes, or a zero_grad() call. A backward that starts while a gradient is untouched
+    since the last step accumulates into it; if no reset comes before the optimizer steps again,
+    that step used stale gradients.
+    """
+
+    codes = ("LP403",)
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__(probe)
+        self._tracked: dict[int, tuple[torch.Tensor, weakref.ref, int]] = {}
+        self._at_risk: dict[int, int] = {}  # id(param) -> optimizer index
+
+    def on_step(self, index: int, optimizer: Any) -> None:
+        for p in self._sample(index):
+            g = p.grad
+            self._tracked[id(p)] = (p, weakref.ref(g), g._version)
+            self._at_risk.pop(id(p), None)
+
+    def _sample(self, index: int) -> list[torch.Tensor]:
+        chosen = []
+        for p in self.probe.opt_params[index]:
+            if p.grad is not None and not p.grad.is_sparse:
+                chosen.append(p)
+                if len(chosen) == _TRACKED:
+                    break
+        return chosen
+
+    def on_zero_grad(self, params: list[torch.Tensor]) -> None:
+        if not self._tracked:
+            return
+        for p in params:
+            if self._tracked.pop(id(p), None) is not None:
+                self._at_risk.pop(id(p), None)
+
+    def on_backward(self, tensor: torch.Tensor) -> None:
+        if not self._tracked:
+            return
+        for key, (p, ref, version) in list(self._tracked.items()):
+            g = p.grad
+            if g is None or ref() is not g or g._version != version:
+                del self._tracked[key]
+                self._at_risk.pop(key, None)
+            else:
+                self._at_risk[key] = 1
+
+    def after_backward(self, tensor: torch.Tensor) -> None:
+        for key in self._at_risk:
+            p = self._tracked[key][0]
+            g = p.grad
+            if g is not None:
+                self._tracked[key] = (p, weakref.ref(g), g._version)
+
+    def on_step_pre(self, index: int, optimizer: Any) -> None:
+        if not self._at_risk:
+            return
+        ids = {id(p) for p in self.probe.opt_params[index]}
+        stale = [self._tracked[k][0] for k in self._at_risk if k in ids]
+        if not stale:
+            return
+        names = ", ".join(self.probe.param_name(p) for p in stale[:3])
+        self.report(
+            "LP403",
+            f"step {self.probe.step + 1} applied gradients that still held the previous step's values "
+            f"({names}): backward added to them without a zero_grad() in between, so every step "
+            f"uses the sum of all earlier gradients",
+            where=None if len(self.probe.optimizers) == 1 else f"optimizer{index}",
+        )
+        for p in stale:
+            self._at_risk.pop(id(p), None)
+
+
+class UnusedParamsDetector(Detector):
+    """LP404: trainable parameters of an optimizer that never had a gradient at any step."""
+
+    codes = ("LP404",)
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__(probe)
+        self._waiting: list[dict[int, torch.Tensor]] = []
+        self._checked = False
+
+    def attach(self) -> None:
+        self._waiting = [
+            {id(p): p for p in params if p.requires_grad} for params in self.probe.opt_params
+        ]
+
+    def on_step_pre(self, index: int, optimizer: Any) -> None:
+        waiting = self._waiting[index]
+        if waiting:
+            for key in [k for k, p in waiting.items() if p.grad is not None]:
+                del waiting[key]
+
+    def on_step(self, index: int, optimizer: Any) -> None:
+        if index == 0 and self.probe.step == self.config.unused_after:
+            self._check()
+
+    def on_close(self) -> None:
+        if self.probe.step >= min(5, self.config.unused_after):
+            self._check()
+
+    def _check(self) -> None:
+        if self._checked:
+            return
+        self._checked = True
+        unused = {k: p for waiting in self._waiting for k, p in waiting.items() if p.requires_grad}
+        if not unused:
+            return
+        steps = self.probe.step
+        covered: set[int] = set()
+        for qual, module in self.probe.modules:
+            params = [p for p in module.parameters() if p.requires_grad]
+            if not params or any(id(p) not in unused for p in params) or all(id(p) in covered for p in params):
+                continue
+            covered.update(id(p) for p in params)
+            count = sum(p.numel() for p in params)
+            self.report(
+                "LP404",
+                f"{qual} ({type(module).__name__}, {count:,} trainable values) never received a gradient "
+                f"in {steps} steps: it is not connected to the loss, so the optimizer skips it and it "
+                f"stays at its initial values",
+                where=qual, step=steps,
+            )
+        for key, p in unused.items():
+            if key not in covered:
+                name = self.probe.param_name(p)
+                self.report(
+                    "LP404",
+                    f"parameter {name} never received a gradient in {steps} steps",
+                    where=name, step=steps,
+                )

@@ -1,0 +1,140 @@
+"""LP201 memory that grows step after step; LP202 loss graphs kept alive across steps.
+
+LP202: at each backward a small marker object is stored in the `metadata` dict of the loss's
+autograd node and of the nodes just below it; the node owns that dict, so a weak reference to
+the marker lives exactly as long as the graph node does. A loss appended to a list, or summed
+into a running total without `.item()` / `.detach()`, keeps its node alive; in a correct loop it
+dies within a step or two.
+
+LP201: every `every` steps the allocated memory is sampled: the CUDA caching allocator's count
+on a GPU (a host-side counter, no sync), the process's resident set size on a CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections import deque
+from typing import Any
+
+import torch
+
+from loopcheck.probe.detectors.base import Detector
+
+_KEY = "loopcheck"
+_MIN_RETAINED = 3  # steps whose graphs must have outlived the window before LP202 is reported
+_DEPTH = 2
+_MAX_NODES = 8
+_MIB = 1024 * 1024
+
+
+class _Marker:
+    __slots__ = ("step", "__weakref__")
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+
+class RetainedGraphDetector(Detector):
+    codes = ("LP202",)
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__(probe)
+        self._live: deque[tuple[int, weakref.ref]] = deque()
+        self._retained: list[int] = []
+
+    def on_backward(self, tensor: torch.Tensor) -> None:
+        node = tensor.grad_fn
+        if node is None:
+            return
+        marker = _Marker(self.probe.step)
+        marked = 0
+        frontier = [node]
+        for _ in range(_DEPTH):
+            below = []
+            for n in frontier:
+                if marked >= _MAX_NODES:
+                    break
+                if type(n).__name__ == "AccumulateGrad":
+                    continue
+                meta = n.metadata
+                if _KEY not in meta:
+                    meta[_KEY] = marker
+                    marked += 1
+                below.extend(child for child, _ in n.next_functions if child is not None)
+            frontier = below
+        if marked:
+            self._live.append((self.probe.step, weakref.ref(marker)))
+
+    def on_step(self, index: int, optimizer: Any) -> None:
+        if index != 0:
+            return
+        horizon = self.probe.step - self.config.retain_steps
+        live = self._live
+        while live and live[0][0] < horizon:
+            step, ref = live.popleft()
+            if ref() is not None and (not self._retained or self._retained[-1] != step):
+                self._retained.append(step)
+        if len(self._retained) >= _MIN_RETAINED:
+            steps = self._retained
+            self.report(
+                "LP202",
+                f"the autograd graphs of the losses of steps {', '.join(map(str, steps[:3]))}"
+                f"{' and later' if len(steps) > 3 else ''} are still alive {self.config.retain_steps}+ steps after "
+                f"their backward: a loss (or output) is kept as a tensor, e.g. appended to a list or summed into "
+                f"a running total; keep loss.item() or loss.detach() instead",
+            )
+            self._retained = []
+
+
+class MemoryGrowthDetector(Detector):
+    codes = ("LP201",)
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__(probe)
+        self._samples: deque[tuple[int, int]] = deque(maxlen=self.config.memory_samples)
+        self._device: torch.device | None = None
+        self._statm = "/proc/self/statm"
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._last: int | None = None
+
+    def attach(self) -> None:
+        for params in self.probe.opt_params:
+            for p in params:
+                if p.device.type == "cuda":
+                    self._device = p.device
+                    return
+        if not os.path.exists(self._statm):
+            self.enabled = False  # no cheap CPU counter on this platform
+
+    def _read(self) -> int:
+        if self._device is not None:
+            return int(torch.cuda.memory_allocated(self._device))
+        with open(self._statm, "rb") as f:
+            return int(f.read().split()[1]) * self._page
+
+    def on_sample(self, step: int, final: bool) -> None:
+        if final:
+            return
+        value = self._read()
+        self._last = value
+        self._samples.append((step, value))
+        if len(self._samples) < (self._samples.maxlen or 0):
+            return
+        values = [v for _, v in self._samples]
+        rises = sum(b > a for a, b in zip(values, values[1:]))
+        growth = values[-1] - values[0]
+        if rises >= len(values) - 2 and growth >= self.config.memory_growth_mb * _MIB:
+            first, last = self._samples[0][0], self._samples[-1][0]
+            per_step = growth / max(last - first, 1) / _MIB
+            kind = "allocated CUDA memory" if self._device is not None else "resident memory (RSS)"
+            self.report(
+                "LP201",
+                f"{kind} grew by {growth / _MIB:.0f} MiB between steps {first} and {last} "
+                f"({per_step:.2f} MiB per step) in nearly every sample: something accumulates across steps",
+                step=last,
+            )
+            self._samples.clear()
+
+    def metrics(self) -> dict[str, Any]:
+        return {} if self._last is None else {"memory_mb": round(self._last / _MIB, 1)}

@@ -1,0 +1,134 @@
+"""LP401 training in eval mode; LP402 evaluation (no grad) in train mode.
+
+Mode-dependent modules are dropout, batch norm (and instance norm with running statistics),
+attention and RNN layers with dropout. The state of a model is computed again only after a
+train()/eval() call on it, so a forward pass costs one flag check.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.dropout import _DropoutNd
+from torch.nn.modules.instancenorm import _InstanceNorm
+
+from loopcheck.probe.detectors.base import Detector
+
+_NORMS = (_BatchNorm, _InstanceNorm, nn.GroupNorm, nn.LayerNorm)
+
+
+def mode_dependent(module: nn.Module) -> bool:
+    if isinstance(module, (_DropoutNd, _BatchNorm)):
+        return True
+    if isinstance(module, _InstanceNorm):
+        return bool(module.track_running_stats)
+    if isinstance(module, (nn.MultiheadAttention, nn.RNNBase)):
+        return float(getattr(module, "dropout", 0.0) or 0.0) > 0
+    return False
+
+
+@dataclass
+class _State:
+    root_training: bool
+    dependent: list[str] = field(default_factory=list)  # mode-dependent module names
+    eval_subtrees: list[str] = field(default_factory=list)  # trainable subtrees in eval under a training root
+    train_dependent: list[str] = field(default_factory=list)  # mode-dependent modules in train mode
+    recalibrating: bool = False  # every batch norm averages cumulatively (swa_utils.update_bn)
+
+
+class ModeDetector(Detector):
+    codes = ("LP401", "LP402")
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__(probe)
+        self._states: dict[int, _State] = {}
+        self._trained: set[int] = set()  # roots with a grad-enabled forward since the last backward
+        self._no_grad_run: dict[int, int] = defaultdict(int)
+
+    def _state(self, i: int) -> _State:
+        state = self._states.get(i)
+        if state is None:
+            state = self._states[i] = self._compute(i)
+        return state
+
+    def _compute(self, i: int) -> _State:
+        root = self.probe.models[i]
+        prefix = self.probe.root_names[i]
+        state = _State(root_training=root.training)
+        norms = []
+        parents: dict[int, nn.Module] = {}
+        for name, module in root.named_modules():
+            for child in module.children():
+                parents.setdefault(id(child), module)
+            qual = ".".join(x for x in (prefix, name) if x) or type(root).__name__
+            if mode_dependent(module):
+                state.dependent.append(qual)
+                if module.training:
+                    state.train_dependent.append(qual)
+            if isinstance(module, _BatchNorm):
+                norms.append(module)
+            parent = parents.get(id(module))
+            if (root.training and not module.training and parent is not None and parent.training
+                    and not isinstance(module, _NORMS)
+                    and any(p.requires_grad for p in module.parameters())
+                    and any(mode_dependent(m) for m in module.modules())):
+                state.eval_subtrees.append(qual)
+        state.recalibrating = bool(norms) and all(m.momentum is None for m in norms)
+        return state
+
+    def on_mode_change(self, module: nn.Module) -> None:
+        self._states.clear()
+
+    def on_sample(self, step: int, final: bool) -> None:
+        self._states.clear()  # requires_grad may have changed (unfreezing)
+
+    def on_forward_pre(self, root: int, module: nn.Module) -> None:
+        if torch.is_grad_enabled():
+            self._trained.add(root)
+            self._no_grad_run[root] = 0
+            return
+        state = self._state(root)
+        if not state.root_training or not state.train_dependent or state.recalibrating:
+            self._no_grad_run[root] = 0
+            return
+        self._no_grad_run[root] += 1
+        if self._no_grad_run[root] >= 2:
+            name = self.probe.root_names[root] or type(module).__name__
+            layers = ", ".join(state.train_dependent[:3])
+            self.report(
+                "LP402",
+                f"forward passes without gradients (evaluation) ran while {name} was in train mode: "
+                f"{layers}{' ...' if len(state.train_dependent) > 3 else ''} behave as in training (dropout "
+                f"active, batch norm normalising with the batch and updating its running statistics "
+                f"with evaluation data); call model.eval() before evaluating",
+                where=name,
+            )
+
+    def on_backward(self, tensor: torch.Tensor) -> None:
+        roots, self._trained = self._trained, set()
+        for i in roots:
+            self._no_grad_run[i] = 0
+            state = self._state(i)
+            name = self.probe.root_names[i] or type(self.probe.models[i]).__name__
+            if not state.root_training and state.dependent:
+                layers = ", ".join(state.dependent[:3])
+                self.report(
+                    "LP401",
+                    f"backward ran on a forward pass made in eval mode: {layers}"
+                    f"{' ...' if len(state.dependent) > 3 else ''} behave as at evaluation (no dropout, "
+                    f"batch norm frozen); model.train() is missing after the last evaluation",
+                    where=name,
+                )
+            for sub in state.eval_subtrees:
+                self.report(
+                    "LP401",
+                    f"{sub} has trainable parameters but is in eval mode while {name} trains: it is "
+                    f"trained with its evaluation behaviour (call .train() on it, or freeze it with "
+                    f"requires_grad_(False))",
+                    where=sub,
+                )

@@ -1,0 +1,557 @@
+"""The Probe context manager: hooks in on enter, a step clock, detector dispatch, hooks out on exit.
+
+The Probe owns everything shared by the detectors (module and parameter names, the step clock,
+the per-step loss and gradient norms, kept on the device) and nothing else; each check lives in
+a detector (`loopcheck.probe.detectors`). Every hook and wrapper is registered on one ExitStack,
+so leaving the context, by an exception or KeyboardInterrupt too, removes all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from loopcheck.catalog import page
+from loopcheck.errors import ProbeError
+from loopcheck.findings import Finding
+from loopcheck.probe import distributed
+from loopcheck.probe.config import ProbeConfig, ProbeUsageError
+from loopcheck.probe.detectors import default_detectors
+from loopcheck.probe.detectors.base import Detector
+from loopcheck.probe.patching import MethodPatch
+from loopcheck.probe.sink import RunLog, print_summary
+
+_LOCK = threading.Lock()
+_ACTIVE: "Probe | None" = None
+_ON_FINDING = ("warn", "raise", "ignore")
+_HOOKS = (
+    "on_forward_pre", "on_forward", "on_backward", "after_backward", "on_zero_grad", "on_step_pre",
+    "on_step", "on_step_skipped", "on_scheduler_step", "on_mode_change", "on_sample", "on_close",
+)
+
+
+class ProbeWarning(UserWarning):
+    """A probe finding (on_finding="warn") or a switched-off detector."""
+
+
+class Probe:
+    """Watches a training loop for silent bugs; use as `with loopcheck.probe(model, optimizer):`.
+
+    `model`, `optimizer` and `scheduler` take one object or a sequence; keyword options tune
+    windows and thresholds (see `ProbeConfig` and docs/probe.md). After the block, `findings`
+    holds one `Finding` per (code, where, rank) with the number of times it was seen.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | Sequence[nn.Module],
+        optimizer: Optimizer | Sequence[Optimizer],
+        *,
+        scheduler: Any = None,
+        scaler: Any = None,
+        log: str | Path | None = None,
+        on_finding: str = "warn",
+        detectors: Sequence[type[Detector]] | None = None,
+        **options: Any,
+    ) -> None:
+        if on_finding not in _ON_FINDING:
+            raise ProbeUsageError(f"on_finding must be one of {', '.join(_ON_FINDING)}, not {on_finding!r}")
+        self.on_finding = on_finding
+        self.config = ProbeConfig.from_options(options)
+        self.wrappers = _as_list(model, "model", nn.Module)
+        if not self.wrappers:
+            raise ProbeUsageError("probe needs at least one model (a torch.nn.Module)")
+        self.models = [_unwrap(m) for m in self.wrappers]
+        self.optimizers = _as_list(optimizer, "optimizer", Optimizer)
+        if not self.optimizers:
+            raise ProbeUsageError("probe needs at least one optimizer (a torch.optim.Optimizer)")
+        self.schedulers = _as_list(scheduler, "scheduler", None)
+        for s in self.schedulers:
+            if not callable(getattr(s, "step", None)) or not isinstance(getattr(s, "optimizer", None), Optimizer):
+                raise ProbeUsageError(
+                    f"scheduler must be a torch.optim.lr_scheduler scheduler, not {type(s).__name__}"
+                )
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise ProbeUsageError(f"scaler must be a torch.amp.GradScaler, not {type(scaler).__name__}")
+        self.scaler = scaler
+        self.log_path = Path(log) if log is not None else None
+        _check_distinct(self.models, "model")
+        _check_distinct(self.optimizers, "optimizer")
+        _check_distinct(self.schedulers, "scheduler")
+        self._index_model()
+
+        self.findings: list[Finding] = []
+        self.step = 0  # optimizer steps applied (of the first optimizer)
+        self.skipped = 0  # steps the GradScaler skipped (first optimizer)
+        self.step_loss: dict[int, torch.Tensor | None] = {}
+        self.hooks = contextlib.ExitStack()
+        self.rank, self.world_size = distributed.rank_and_size()
+        self.is_main = self.rank == 0
+        self._found: dict[tuple[str, str | None, int | None], int] = {}
+        self._unsent: list[Finding] = []
+        self._pending_losses: list[torch.Tensor] = []
+        self._scaled: tuple[Any, torch.Tensor | None] | None = None
+        self._applied = [0] * len(self.optimizers)
+        self._norms: dict[int, tuple[int, Any]] = {}
+        self._serial = 0
+        self._last_sample = 0
+        self._entered = False
+        self.live = False
+        self._log: RunLog | None = None
+        classes = list(detectors) if detectors is not None else default_detectors()
+        self.detectors: list[Detector] = [
+            cls(self) for cls in classes if not cls.codes or any(self.config.wants(c) for c in cls.codes)
+        ]
+        self._calls: dict[str, list[tuple[Detector, Callable[..., Any]]]] = {}
+        self._rebuild_calls()
+
+    # Names ------------------------------------------------------------------------------
+    def _index_model(self) -> None:
+        multi = len(self.models) > 1
+        self.root_names = [type(m).__name__ if multi else "" for m in self.models]
+        if multi and len(set(self.root_names)) < len(self.root_names):
+            self.root_names = [f"model{i}" for i in range(len(self.models))]
+        self.modules: list[tuple[str, nn.Module]] = []
+        self.module_index: dict[int, int] = {}
+        self.param_names: dict[int, str] = {}
+        self.param_module: dict[int, str] = {}
+        for root, prefix in zip(self.models, self.root_names):
+            for name, module in root.named_modules():
+                if id(module) in self.module_index:
+                    continue
+                qual = ".".join(x for x in (prefix, name) if x) or type(root).__name__
+                self.module_index[id(module)] = len(self.modules)
+                self.modules.append((qual, module))
+                for pname, p in module.named_parameters(recurse=False):
+                    if id(p) not in self.param_names:
+                        self.param_names[id(p)] = ".".join(x for x in (prefix, name, pname) if x)
+                        self.param_module[id(p)] = qual
+        self.opt_index = {id(o): i for i, o in enumerate(self.optimizers)}
+        self.opt_params: list[list[torch.Tensor]] = []
+        for i, opt in enumerate(self.optimizers):
+            params: list[torch.Tensor] = []
+            for g, group in enumerate(opt.param_groups):
+                for j, p in enumerate(group["params"]):
+                    params.append(p)
+                    self.param_names.setdefault(id(p), f"optimizer{i}.group{g}.param{j}")
+            self.opt_params.append(params)
+        self.sched_index = {id(s): i for i, s in enumerate(self.schedulers)}
+
+    def param_name(self, p: torch.Tensor) -> str:
+        return self.param_names.get(id(p), "<unnamed parameter>")
+
+    def owner(self, p: torch.Tensor) -> str:
+        return self.param_module.get(id(p), self.param_name(p))
+
+    # Context ----------------------------------------------------------------------------
+    def __enter__(self) -> "Probe":
+        global _ACTIVE
+        if self._entered:
+            raise ProbeUsageError("this probe was already used; create a new probe for another run")
+        with _LOCK:
+            if _ACTIVE is not None:
+                raise ProbeUsageError(
+                    "another loopcheck probe is already active in this process; one probe watches a "
+                    "whole run: pass several models, optimizers and schedulers to it as sequences"
+                )
+            _ACTIVE = self
+        self._entered = True
+        try:
+            if self.log_path is not None and self.is_main:
+                self._log = RunLog.open(self.log_path)
+                self._log.header(self)
+            self._install()
+            self.live = True
+            for det in list(self.detectors):
+                self._guard(det, det.attach)
+        except BaseException:
+            self.live = False
+            self.hooks.close()
+            if self._log is not None:
+                self._log.close()
+            _release(self)
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.live = False
+        try:
+            self.hooks.close()
+        finally:
+            _release(self)
+        try:
+            self._finish(clean=exc_type is None)
+        except ProbeError:
+            if exc_type is None:
+                raise
+        except Exception as err:  # never let the probe's own bookkeeping mask the run's outcome
+            warnings.warn(f"loopcheck probe: could not finish its report: {err!r}", ProbeWarning, stacklevel=2)
+        return False
+
+    def _install(self) -> None:
+        hooks = self.hooks
+        for i, root in enumerate(self.models):
+            hooks.enter_context(root.register_forward_pre_hook(self._forward_pre_hook(i)))
+            hooks.enter_context(root.register_forward_hook(self._forward_hook(i)))
+        for i, opt in enumerate(self.optimizers):
+            hooks.enter_context(opt.register_step_pre_hook(self._step_pre_hook(i)))
+            hooks.enter_context(opt.register_step_post_hook(self._step_post_hook(i)))
+        self._patch(torch.Tensor, "backward", self._wrap_backward)
+        self._patch(nn.Module, "train", self._wrap_train)
+        self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
+        for cls in dict.fromkeys(type(o) for o in self.optimizers):
+            self._patch(cls, "zero_grad", self._wrap_opt_zero_grad)
+        for cls in dict.fromkeys(type(s) for s in self.schedulers):
+            self._patch(cls, "step", self._wrap_sched_step)
+        if self.scaler is not None:
+            self._patch(type(self.scaler), "step", self._wrap_scaler_step)
+            self._patch(type(self.scaler), "scale", self._wrap_scaler_scale)
+
+    def _patch(self, cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        self.hooks.callback(MethodPatch(cls, name, make).restore)
+
+    # Hooks and wrappers -----------------------------------------------------------------
+    def _forward_pre_hook(self, i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any) -> None:
+            if self.live:
+                self._dispatch("on_forward_pre", i, module)
+        return hook
+
+    def _forward_hook(self, i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if self.live:
+                self._dispatch("on_forward", i, module, output)
+        return hook
+
+    def _step_pre_hook(self, i: int) -> Callable[..., None]:
+        def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+            if not self.live:
+                return
+            self._serial += 1
+            losses, self._pending_losses = self._pending_losses, []
+            self.step_loss[i] = _fold(losses)
+            self._dispatch("on_step_pre", i, optimizer)
+        return hook
+
+    def _step_post_hook(self, i: int) -> Callable[..., None]:
+        def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+            if not self.live:
+                return
+            self._applied[i] += 1
+            if i == 0:
+                self.step += 1
+            self._dispatch("on_step", i, optimizer)
+            if i == 0 and self.step % self.config.every == 0:
+                self._sample(final=False)
+        return hook
+
+    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if not probe.live:
+                return original(tensor, *args, **kwargs)
+            probe._record_loss(tensor)
+            probe._dispatch("on_backward", tensor)
+            result = original(tensor, *args, **kwargs)
+            if probe.live:
+                probe._dispatch("after_backward", tensor)
+            return result
+        return backward
+
+    def _record_loss(self, tensor: torch.Tensor) -> None:
+        if tensor.numel() != 1 or not tensor.is_floating_point():
+            return
+        scaled = self._scaled
+        if scaled is not None and scaled[0]() is tensor:
+            value = scaled[1]
+            self._scaled = None
+        else:
+            value = tensor.detach().reshape(())
+        if value is not None:
+            self._pending_losses.append(value)
+
+    def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        def train(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            result = original(module, *args, **kwargs)
+            if probe.live and id(module) in probe.module_index:
+                probe._dispatch("on_mode_change", module)
+            return result
+        return train
+
+    def _wrap_module_zero_grad(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        def zero_grad(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            result = original(module, *args, **kwargs)
+            if probe.live and id(module) in probe.module_index:
+                probe._dispatch("on_zero_grad", list(module.parameters()))
+            return result
+        return zero_grad
+
+    def _wrap_opt_zero_grad(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        def zero_grad(optimizer: Optimizer, *args: Any, **kwargs: Any) -> Any:
+            result = original(optimizer, *args, **kwargs)
+            i = probe.opt_index.get(id(optimizer)) if probe.live else None
+            if i is not None:
+                probe._dispatch("on_zero_grad", probe.opt_params[i])
+            return result
+        return zero_grad
+
+    def _wrap_sched_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        def step(scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(scheduler, *args, **kwargs)
+            i = probe.sched_index.get(id(scheduler)) if probe.live else None
+            if i is not None:
+                probe._dispatch("on_scheduler_step", i, scheduler)
+            return result
+        return step
+
+    def _wrap_scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            i = probe.opt_index.get(id(optimizer)) if probe.live and scaler is probe.scaler else None
+            if i is None:
+                return original(scaler, optimizer, *args, **kwargs)
+            before = probe._applied[i]
+            result = original(scaler, optimizer, *args, **kwargs)
+            if probe.live and probe._applied[i] == before:
+                probe._serial += 1
+                losses, probe._pending_losses = probe._pending_losses, []
+                probe.step_loss[i] = _fold(losses)
+                if i == 0:
+                    probe.skipped += 1
+                probe._dispatch("on_step_skipped", i, optimizer)
+            return result
+        return step
+
+    def _wrap_scaler_scale(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        def scale(scaler: Any, outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(scaler, outputs, *args, **kwargs)
+            if (probe.live and scaler is probe.scaler and isinstance(outputs, torch.Tensor)
+                    and isinstance(result, torch.Tensor) and result is not outputs):
+                loss = outputs.detach().reshape(()) if outputs.numel() == 1 else None
+                probe._scaled = (weakref.ref(result), loss)
+            return result
+        return scale
+
+    # Shared per-step statistics ---------------------------------------------------------
+    def grad_norms(self, i: int) -> tuple[torch.Tensor | None, list[int]]:
+        """Per-parameter gradient norms of optimizer `i` at this step, on the device (no sync).
+
+        Returns (a float32 vector, the positions in `opt_params[i]` it covers). Computed once per
+        step with fused ops and shared by the detectors that need it.
+        """
+        cached = self._norms.get(i)
+        if cached is not None and cached[0] == self._serial:
+            return cached[1]
+        positions: list[int] = []
+        grads: list[torch.Tensor] = []
+        for j, p in enumerate(self.opt_params[i]):
+            g = p.grad
+            if g is not None and not g.is_sparse:
+                positions.append(j)
+                grads.append(g)
+        result: tuple[torch.Tensor | None, list[int]] = (None, [])
+        if grads:
+            with torch.no_grad():
+                try:
+                    norms = list(torch._foreach_norm(grads))
+                except (RuntimeError, TypeError, AttributeError):
+                    norms = [torch.linalg.vector_norm(g) for g in grads]
+                device = norms[0].device
+                vec = torch.stack([n.to(device, torch.float32, non_blocking=True) for n in norms])
+            result = (vec, positions)
+        self._norms[i] = (self._serial, result)
+        return result
+
+    # Findings ---------------------------------------------------------------------------
+    def report(self, code: str, message: str, *, where: str | None = None, step: int | None = None,
+               **extra: Any) -> None:
+        """Record a finding; the same (code, where) again only raises its count."""
+        if not self.config.wants(code):
+            return
+        rank = self.rank if self.world_size > 1 else None
+        key = (code, where, rank)
+        if key in self._found:
+            k = self._found[key]
+            self.findings[k] = self.findings[k].with_(count=self.findings[k].count + 1)
+            return
+        info = page(code)
+        finding = Finding(
+            code=code, name=info.name, severity=info.severity, message=message,
+            step=self.step if step is None else step, where=where, rank=rank, extra=extra,
+        )
+        self._add(finding, local=True)
+
+    def _add(self, finding: Finding, local: bool) -> None:
+        self._found[(finding.code, finding.where, finding.rank)] = len(self.findings)
+        self.findings.append(finding)
+        if local and self.world_size > 1:
+            self._unsent.append(finding)
+        if self.is_main:
+            if self._log is not None:
+                self._log.finding(finding)
+            if self.on_finding == "warn" or finding.code == "LP001":
+                warnings.warn(f"loopcheck: {finding}", ProbeWarning, stacklevel=2)
+        if local and self.on_finding == "raise" and finding.code != "LP001":
+            raise ProbeError(finding)
+
+    # Dispatch ---------------------------------------------------------------------------
+    def _rebuild_calls(self) -> None:
+        calls: dict[str, list[tuple[Detector, Callable[..., Any]]]] = {name: [] for name in _HOOKS}
+        for det in self.detectors:
+            if not det.enabled:
+                continue
+            for name in _HOOKS:
+                if getattr(type(det), name) is not getattr(Detector, name):
+                    calls[name].append((det, getattr(det, name)))
+        self._calls = calls
+
+    def _dispatch(self, event: str, *args: Any) -> None:
+        for det, fn in self._calls[event]:
+            try:
+                fn(*args)
+            except ProbeError:
+                raise
+            except Exception as err:
+                self._fail(det, err)
+
+    def _guard(self, det: Detector, fn: Callable[..., Any], *args: Any) -> Any:
+        if not det.enabled:
+            return None
+        try:
+            return fn(*args)
+        except ProbeError:
+            raise
+        except Exception as err:
+            self._fail(det, err)
+            return None
+
+    def _fail(self, det: Detector, err: BaseException) -> None:
+        """A detector raised: switch it off, say so once; the training run goes on."""
+        if not det.enabled:
+            return
+        det.enabled = False
+        self._rebuild_calls()
+        name = type(det).__name__
+        self.report(
+            "LP001",
+            f"the {name} detector failed ({type(err).__name__}: {err}) and was switched off; "
+            f"its checks ({', '.join(det.codes)}) did not run from step {self.step} on",
+            where=name,
+        )
+
+    # Sampling and the end ---------------------------------------------------------------
+    def _sample(self, final: bool) -> None:
+        self._last_sample = self.step
+        self._dispatch("on_sample", self.step, final)
+        metrics: dict[str, Any] = {"step": self.step, "skipped": self.skipped}
+        for det in self.detectors:
+            if det.enabled:
+                values = self._guard(det, det.metrics)
+                if values:
+                    metrics.update(values)
+        if self.world_size > 1 and (not final or self._clean_exit):
+            metrics = self._exchange(metrics)
+        if self._log is not None and self.is_main:
+            self._log.metrics(metrics)
+
+    def _exchange(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        sent, self._unsent = self._unsent, []
+        merged, remote = distributed.exchange(metrics, sent, self.rank)
+        for finding in remote:
+            key = (finding.code, finding.where, finding.rank)
+            if key in self._found:
+                k = self._found[key]
+                self.findings[k] = self.findings[k].with_(count=max(self.findings[k].count, finding.count))
+            else:
+                self._add(finding, local=False)
+        return merged
+
+    _clean_exit = True
+
+    def _finish(self, clean: bool) -> None:
+        self._clean_exit = clean
+        try:
+            if self.step > self._last_sample or self.step == 0:
+                self._sample(final=True)
+            self._dispatch("on_close")
+        finally:
+            if self._log is not None:
+                self._log.end(self)
+                self._log.close()
+            if self.config.summary and self.is_main:
+                print_summary(self)
+
+
+def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:
+    if not losses:
+        return None
+    if len(losses) == 1:
+        return losses[0]
+    with torch.no_grad():
+        return torch.stack([v.float() for v in losses]).sum()
+
+
+def _release(probe: Probe) -> None:
+    global _ACTIVE
+    with _LOCK:
+        if _ACTIVE is probe:
+            _ACTIVE = None
+
+
+def _as_list(value: Any, what: str, kind: type | None) -> list[Any]:
+    if value is None:
+        return []
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if kind is not None and not isinstance(item, kind):
+            raise ProbeUsageError(f"{what} must be a {kind.__module__}.{kind.__qualname__} or a sequence of them, "
+                                  f"not {type(item).__name__}")
+    return items
+
+
+def _check_distinct(items: list[Any], what: str) -> None:
+    if len({id(x) for x in items}) != len(items):
+        raise ProbeUsageError(f"the same {what} was passed to the probe twice")
+    if what == "model":
+        for a in items:
+            for b in items:
+                if a is not b and any(m is a for m in b.modules()):
+                    raise ProbeUsageError(
+                        f"model {type(a).__name__} is a submodule of {type(b).__name__}; pass only the outer model"
+                    )
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The module that does the work inside DDP / DataParallel / torch.compile wrappers."""
+    for _ in range(4):
+        inner = getattr(model, "_orig_mod", None)
+        if isinstance(inner, nn.Module):
+            model = inner
+            continue
+        if type(model).__name__ in ("DistributedDataParallel", "DataParallel") and isinstance(
+            getattr(model, "module", None), nn.Module
+        ):
+            model = model.module
+            continue
+        break
+    return model

@@ -1,0 +1,94 @@
+"""Small shared pieces: the robust rolling level, output-tensor picking, deliberate host reads."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, Iterable, Sequence
+
+import torch
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+class RobustLevel:
+    """Rolling median / MAD of a positive series on a log scale, for spike tests.
+
+    Multiplicative noise (loss and gradient norms) is symmetric on a log scale, so a spike is a
+    value whose log lies more than `z` robust deviations above the rolling median *and* at least
+    `ratio` times the median itself. Nothing is judged before `warmup` values were seen.
+    """
+
+    def __init__(self, window: int, warmup: int, z: float, ratio: float) -> None:
+        self.values: deque[float] = deque(maxlen=window)
+        self.warmup = warmup
+        self.z = z
+        self.log_ratio = math.log(ratio)
+
+    def median(self) -> float | None:
+        if not self.values:
+            return None
+        return math.exp(_median(self.values))
+
+    def push(self, value: float) -> float | None:
+        """Add a value; return the rolling median it is a spike against, or None."""
+        if not math.isfinite(value) or value <= 0:
+            return None
+        x = math.log(value)
+        verdict = None
+        if len(self.values) >= self.warmup:
+            med = _median(self.values)
+            mad = _median([abs(v - med) for v in self.values]) * 1.4826
+            if x - med > max(self.z * mad, self.log_ratio):
+                verdict = math.exp(med)
+        self.values.append(x)
+        return verdict
+
+
+def _median(values: Iterable[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def float_tensors(output: Any) -> list[torch.Tensor]:
+    """The floating-point tensors of a module output (a tensor, or a shallow tuple / list / dict)."""
+    if isinstance(output, torch.Tensor):
+        return [output] if output.is_floating_point() else []
+    if isinstance(output, (tuple, list)):
+        items: Sequence[Any] = output
+    elif isinstance(output, dict):
+        items = list(output.values())
+    else:
+        return []
+    return [t for t in items if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def finite_probe_value(t: torch.Tensor) -> torch.Tensor:
+    """A 0-d tensor that is finite exactly when every element of `t` is (no host sync).
+
+    One reduction instead of `isfinite(t).all()`: a sum is NaN/Inf when any element is. Half
+    precision is summed in float32 so that a large but finite activation cannot overflow the sum.
+    """
+    if t.dtype in _HALF:
+        return t.detach().sum(dtype=torch.float32)
+    return t.detach().sum()
+
+
+def host_read(tensor: torch.Tensor) -> torch.Tensor:
+    """Copy a device tensor to the host: the probe's only, deliberate synchronisation points.
+
+    Under `torch.cuda.set_sync_debug_mode` these intended reads (every N steps) are exempt, so a
+    sync-debug run shows only the synchronisations of the training loop itself.
+    """
+    if tensor.device.type != "cuda":
+        return tensor.detach()
+    mode = torch.cuda.get_sync_debug_mode()
+    if mode:
+        torch.cuda.set_sync_debug_mode(0)
+    try:
+        return tensor.detach().cpu()
+    finally:
+        if mode:
+            torch.cuda.set_sync_debug_mode(mode)

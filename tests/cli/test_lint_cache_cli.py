@@ -1,0 +1,126 @@
+"""`loopcheck lint` through the cache: warm runs, invalidation across files, --no-cache, corruption."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import loopcheck.lint.command as command
+from conftest import UNSAFE_LOAD, write
+
+MODEL = textwrap.dedent(
+    """\
+    import torch.nn.functional as F
+    from torch import nn
+
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(784, 10)
+
+        def forward(self, x):
+            return F.softmax(self.head(x), dim=1)
+    """
+)
+
+TRAIN = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+    from model import Classifier
+
+
+    def train(loader, epochs):
+        model = Classifier()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        criterion = nn.CrossEntropyLoss()
+        for epoch in range(epochs):
+            for images, labels in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(images), labels)
+                loss.backward()
+                optimizer.step()
+    """
+)
+
+
+@pytest.fixture
+def checked(monkeypatch) -> list[str]:
+    """The files the engine is asked to check (cache misses)."""
+    calls: list[str] = []
+    real = command._check_one
+
+    def spy(args):
+        calls.append(Path(args[0]).name)
+        return real(args)
+
+    monkeypatch.setattr(command, "_check_one", spy)
+    return calls
+
+
+@pytest.fixture
+def two_files(project: Path) -> Path:
+    write(project / "model.py", MODEL)
+    write(project / "train.py", TRAIN)
+    write(project / "ckpt.py", UNSAFE_LOAD)
+    return project
+
+
+def report(lint, *args: str) -> dict:
+    result = lint(".", "-f", "json", "--jobs", "1", *args)
+    return json.loads(result.stdout)
+
+
+def test_a_warm_run_reuses_every_result(lint, two_files, checked):
+    cold = report(lint)
+    assert {(f["path"], f["code"]) for f in cold["findings"]} == {("train.py", "LC602"), ("ckpt.py", "LC508")}
+    assert sorted(checked) == ["ckpt.py", "model.py", "train.py"]
+    assert (two_files / ".loopcheck_cache" / "CACHEDIR.TAG").is_file()
+    checked.clear()
+    warm = report(lint)
+    assert checked == []
+    assert warm == cold
+    # a different selection is a different configuration: checked afresh
+    report(lint, "--ignore", "LC5")
+    assert sorted(checked) == ["ckpt.py", "model.py", "train.py"]
+
+
+def test_editing_an_imported_module_rechecks_its_importers(lint, two_files, checked):
+    report(lint)
+    checked.clear()
+    write(two_files / "model.py", MODEL.replace("return F.softmax(self.head(x), dim=1)", "return self.head(x)"))
+    after = report(lint)
+    assert sorted(checked) == ["model.py", "train.py"]  # ckpt.py imports neither
+    assert [(f["path"], f["code"]) for f in after["findings"]] == [("ckpt.py", "LC508")]
+
+
+def test_no_cache_neither_reads_nor_writes(lint, two_files, checked):
+    report(lint, "--no-cache")
+    assert not (two_files / ".loopcheck_cache").exists()
+    report(lint)
+    # poison the stored result of ckpt.py: a run that reads the cache shows the poison
+    for entry in (two_files / ".loopcheck_cache").rglob("*.json"):
+        doc = json.loads(entry.read_text())
+        for f in doc["findings"]:
+            f["message"] = "from the cache"
+        entry.write_text(json.dumps(doc))
+    assert {f["message"] for f in report(lint)["findings"]} == {"from the cache"}
+    assert "from the cache" not in {f["message"] for f in report(lint, "--no-cache")["findings"]}
+
+
+def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
+    cold = report(lint)
+    entries = list((two_files / ".loopcheck_cache").rglob("*.json"))
+    assert len(entries) == 3
+    for i, entry in enumerate(entries):
+        entry.write_bytes([b"", b"\x00\xff garbage", b'{"schema": 1, "sha": null}'][i])
+    checked.clear()
+    result = lint(".", "-f", "json", "--jobs", "1")
+    assert result.exit_code == 1 and result.stderr == ""
+    assert json.loads(result.stdout) == cold
+    assert len(checked) == 3

@@ -1,0 +1,133 @@
+"""The lint cache: valid entries are reused, any change in the file or its local imports invalidates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loopcheck.findings import Finding, Severity
+from loopcheck.lint import cache as cache_mod
+from loopcheck.lint.cache import Cache, local_imports, project_root
+from loopcheck.lint.output import FileError
+
+FINDING = Finding(
+    code="LC102", name="zero-grad-between-backward-and-step", severity=Severity.ERROR, message="m",
+    path="/p/train.py", line=5, column=9, end_line=5, end_column=30,
+    fix={"applicability": "safe", "message": "x", "edits": []},
+)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'demo'\n")
+    write(tmp_path / "train.py", "import torch\nimport model\nfrom utils.ckpt import save\nmodel.run()\n")
+    write(tmp_path / "model.py", "from layers import Block\nimport numpy\n")
+    write(tmp_path / "layers.py", "class Block: pass\n")
+    write(tmp_path / "utils" / "__init__.py", "")
+    write(tmp_path / "utils" / "ckpt.py", "from . import io\n")
+    write(tmp_path / "utils" / "io.py", "")
+    write(tmp_path / "unrelated.py", "")
+    return tmp_path
+
+
+def store(cache: Cache, path: Path, key: str = "k") -> None:
+    cache.put(path, path.read_bytes(), key, [FINDING], [FileError(str(path), 3, "boom", "LC000")])
+
+
+def lookup(path: Path, key: str = "k"):
+    return Cache(path.parent).get(path, path.read_bytes(), key)
+
+
+def test_project_root_is_the_nearest_folder_with_pyproject_or_git(tmp_path):
+    write(tmp_path / "a" / "pyproject.toml", "")
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    assert project_root(tmp_path / "a" / "b" / "c") == (tmp_path / "a").resolve()
+    (tmp_path / "a" / "b" / ".git").mkdir()
+    assert project_root(tmp_path / "a" / "b" / "c") == (tmp_path / "a" / "b").resolve()
+
+
+def test_local_imports_resolve_like_the_project_index(project):
+    train = project / "train.py"
+    found = {p.relative_to(project.resolve()).as_posix() for p in local_imports(train, train.read_bytes())}
+    assert found == {"model.py", "utils/ckpt.py"}
+    ckpt = project / "utils" / "ckpt.py"
+    assert {p.name for p in local_imports(ckpt, ckpt.read_bytes())} == {"__init__.py", "io.py"}
+    assert local_imports(train, b"def broken(:\n") == []
+
+
+def test_a_stored_entry_comes_back_with_its_findings_and_errors(project):
+    train = project / "train.py"
+    cache = Cache(project)
+    store(cache, train)
+    entry = lookup(train)
+    assert entry is not None
+    assert entry.findings == [FINDING] and entry.findings[0].fix == FINDING.fix
+    assert entry.errors == [FileError(str(train), 3, "boom", "LC000")]
+    assert (project / ".loopcheck_cache" / "CACHEDIR.TAG").is_file()
+    assert (project / ".loopcheck_cache" / ".gitignore").read_text().strip().endswith("*")
+
+
+def test_the_file_its_key_and_its_imports_invalidate(project):
+    train = project / "train.py"
+    store(Cache(project), train)
+    assert lookup(train, key="other-config") is None
+    # a module it imports directly, then one reached through model.py, then one it does not import
+    for dep, stays_valid in (("model.py", False), ("layers.py", False), ("utils/io.py", False), ("unrelated.py", True)):
+        store(Cache(project), train)
+        write(project / dep, (project / dep).read_text() + "# edited\n")
+        assert (lookup(train) is not None) is stays_valid, dep
+    store(Cache(project), train)
+    (project / "layers.py").unlink()
+    assert lookup(train) is None
+    store(Cache(project), train)
+    write(train, train.read_text() + "\n")
+    assert lookup(train) is None
+
+
+@pytest.mark.parametrize("garbage", ["", "{not json", "[]", '{"schema": 1}', '{"schema": 1, "sha": 3, "deps": 4}'])
+def test_corrupt_entries_are_misses_and_are_overwritten(project, garbage):
+    train = project / "train.py"
+    cache = Cache(project)
+    store(cache, train)
+    (entry_file,) = list((project / ".loopcheck_cache").rglob("*.json"))
+    entry_file.write_text(garbage)
+    fresh = Cache(project)
+    assert fresh.get(train, train.read_bytes(), "k") is None and fresh.misses == 1
+    store(fresh, train)
+    assert lookup(train) is not None
+
+
+def test_a_finding_with_a_wrong_shape_is_a_miss(project):
+    train = project / "train.py"
+    store(Cache(project), train)
+    (entry_file,) = list((project / ".loopcheck_cache").rglob("*.json"))
+    doc = json.loads(entry_file.read_text())
+    doc["findings"][0]["severity"] = "catastrophic"
+    entry_file.write_text(json.dumps(doc))
+    assert lookup(train) is None
+
+
+def test_an_unwritable_cache_is_skipped_silently(project):
+    (project / ".loopcheck_cache").write_text("a file where the folder should be")
+    cache = Cache(project)
+    store(cache, project / "train.py")
+    store(cache, project / "model.py")
+    assert lookup(project / "train.py") is None
+
+
+def test_an_upgrade_starts_a_fresh_cache_and_removes_the_old_one(project, monkeypatch):
+    train = project / "train.py"
+    store(Cache(project), train)
+    old = Cache(project).dir
+    monkeypatch.setattr(cache_mod, "_salt", lambda: "another-version")
+    assert lookup(train) is None
+    store(Cache(project), train)
+    assert not old.exists() and lookup(train) is not None

@@ -1,0 +1,543 @@
+"""LC501-LC509: what a training checkpoint holds, the resumed epoch, torch.load and torch.save."""
+
+from __future__ import annotations
+
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from loopcheck.lint.api import lint_paths, lint_source
+
+
+def lc5(source: str, info: bool = True) -> list[tuple[int, str]]:
+    """(line, code) of the LC5 findings of a snippet; a rule crash fails the test."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        found = lint_source(textwrap.dedent(source).lstrip("\n"), select=["LC5"])
+    return sorted((f.line, f.code) for f in found if info or f.severity.value != "info")
+
+
+def messages(source: str, code: str) -> list[str]:
+    return [f.message for f in lint_source(textwrap.dedent(source).lstrip("\n"), select=[code])]
+
+
+# A training loop with an optimizer, a scheduler, a scaler and an EMA; SAVE is replaced by the
+# checkpoint under test (always on line 24).
+LOOP = """
+import random
+
+import numpy as np
+import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+
+def fit(model, loader, criterion, epochs, path):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
+    scaler = torch.amp.GradScaler("cuda")
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))
+    for epoch in range(epochs):
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = criterion(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            ema.update_parameters(model)
+        scheduler.step()
+        SAVE
+"""
+
+FULL = {
+    "model": "model.state_dict()",
+    "optimizer": "optimizer.state_dict()",
+    "scheduler": "scheduler.state_dict()",
+    "scaler": "scaler.state_dict()",
+    "ema": "ema.state_dict()",
+    "epoch": "epoch + 1",
+    "rng": "torch.get_rng_state()",
+}
+
+
+def save_of(entries: dict[str, str]) -> str:
+    body = ", ".join(f'"{k}": {v}' for k, v in entries.items())
+    return LOOP.replace("SAVE", f"torch.save({{{body}}}, path)")
+
+
+def without(*keys: str) -> dict[str, str]:
+    return {k: v for k, v in FULL.items() if k not in keys}
+
+
+def test_full_checkpoint_is_clean():
+    assert lc5(save_of(FULL)) == []
+
+
+@pytest.mark.parametrize(
+    ("missing", "code"),
+    [
+        ("optimizer", "LC501"),
+        ("scheduler", "LC502"),
+        ("scaler", "LC503"),
+        ("epoch", "LC504"),
+        ("rng", "LC505"),
+        ("ema", "LC506"),
+    ],
+)
+def test_each_missing_state_is_reported_on_the_save(missing, code):
+    assert lc5(save_of(without(missing))) == [(24, code)]
+
+
+def test_several_missing_states_are_reported_together():
+    assert lc5(save_of({"model": "model.state_dict()", "epoch": "epoch"}), info=False) == [
+        (24, "LC501"),
+        (24, "LC502"),
+        (24, "LC503"),
+        (24, "LC506"),
+    ]
+
+
+def test_scheduler_position_restored_by_hand_is_clean():
+    # YOLOv5 recomputes the schedule from the saved epoch instead of saving the scheduler
+    src = save_of(without("scheduler")).replace(
+        "    for epoch in range(epochs):\n", "    scheduler.last_epoch = -1\n    for epoch in range(epochs):\n", 1
+    )
+    assert lc5(src) == []
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {"optim": "optimizer.state_dict()"},
+        {"opt_state": "optimizer.state_dict()"},
+        {"optimizer_state_dict": "optimizer.state_dict()"},
+        {"optimizer_state": "optimizer.state_dict()"},
+        {"opt": "optimizer.state_dict()"},
+        {"o": "optimizer.state_dict()"},
+        {"optimizerG": "optimizer.state_dict()"},
+    ],
+)
+def test_optimizer_keys_are_matched_by_meaning(entries):
+    assert lc5(save_of({**without("optimizer"), **entries})) == []
+
+
+def test_opt_holding_the_run_options_is_not_the_optimizer():
+    # YOLO-style `"opt": vars(opt)` is argparse's options, not the optimizer state
+    assert lc5(save_of({**without("optimizer"), "opt": "vars(args)"})) == [(24, "LC501")]
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {
+            "lr_scheduler": "scheduler.state_dict()",
+            "grad_scaler": "scaler.state_dict()",
+            "model_ema": "ema.state_dict()",
+        },
+        {"sched": "scheduler.state_dict()", "amp_scaler": "scaler.state_dict()", "ema_state_dict": "ema.state_dict()"},
+        {"state": '{"s": scheduler.state_dict(), "c": scaler.state_dict(), "e": ema.state_dict()}'},
+    ],
+)
+def test_other_keys_are_matched_by_meaning(entries):
+    base = {k: v for k, v in FULL.items() if k not in ("scheduler", "scaler", "ema")}
+    assert lc5(save_of({**base, **entries})) == []
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {"global_step": "epoch * 100"},
+        {"iteration": "epoch"},
+        {"meta": '{"epoch": epoch, "lr": 0.1}'},
+    ],
+)
+def test_progress_keys_are_matched_by_meaning(entries):
+    assert lc5(save_of({**without("epoch"), **entries})) == []
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {"rng_state": "torch.get_rng_state()"},
+        {"generators": '{"py": random.getstate(), "np": np.random.get_state()}'},
+        {"cuda": "torch.cuda.get_rng_state_all()"},
+    ],
+)
+def test_rng_states_are_matched_by_key_or_value(entries):
+    assert lc5(save_of({**without("rng"), **entries})) == []
+
+
+def test_epoch_in_the_file_name_counts_as_progress():
+    src = save_of(without("epoch")).replace("}, path)", '}, f"{path}/epoch_{epoch:03d}.pt")')
+    assert lc5(src) == []
+
+
+def test_checkpoint_spread_over_several_files_is_read_as_one():
+    src = LOOP.replace(
+        "SAVE",
+        "torch.save(optimizer.state_dict(), f\"{path}/optimizer.pt\")\n"
+        "        torch.save(scheduler.state_dict(), f\"{path}/scheduler.pt\")\n"
+        "        torch.save({\"python\": random.getstate(), \"torch\": torch.get_rng_state()}, f\"{path}/rng.pth\")\n"
+        "        torch.save({\"model\": model.state_dict(), \"ema\": ema.state_dict(), "
+        "\"scaler\": scaler.state_dict(), "
+        "\"epoch\": epoch + 1}, f\"{path}/state.pt\")",
+    )
+    assert lc5(src) == []
+    without_scheduler = src.replace("        torch.save(scheduler.state_dict(), f\"{path}/scheduler.pt\")\n", "")
+    assert lc5(without_scheduler) == [(26, "LC502")]
+
+
+def test_weights_per_epoch_without_resume_are_not_a_training_checkpoint():
+    src = """
+    import torch
+
+    def train(model, loader, optimizer, criterion, epochs):
+        for epoch in range(epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            torch.save(model.state_dict(), f"checkpoints/model_{epoch:03d}.pt")
+    """
+    assert lc5(src) == []
+
+
+def test_checkpoint_built_over_several_statements():
+    src = LOOP.replace(
+        "SAVE",
+        'ckpt = {"model": model.state_dict(), "epoch": epoch + 1}\n'
+        '        ckpt["scheduler"] = scheduler.state_dict()\n'
+        "        ckpt.update(scaler=scaler.state_dict(), ema=ema.state_dict(), rng=torch.get_rng_state())\n"
+        "        torch.save(ckpt, path)",
+    )
+    assert lc5(src) == [(27, "LC501")]
+
+
+def test_checkpoint_built_in_a_helper():
+    src = """
+    import torch
+
+    def save_checkpoint(model, optimizer, epoch, path):
+        state = {"model": model.state_dict(), "epoch": epoch, "rng": torch.get_rng_state()}
+        torch.save(state, path)
+
+    def train(model, loader, optimizer, criterion, epochs):
+        for epoch in range(epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            save_checkpoint(model, optimizer, epoch + 1, "last.pt")
+    """
+    assert lc5(src) == [(5, "LC501")]
+
+
+def test_weights_for_inference_next_to_a_full_checkpoint_are_not_checked():
+    src = LOOP.replace(
+        "SAVE",
+        "torch.save(model.state_dict(), 'best_model.pt')\n"
+        '        torch.save({"model": model.state_dict(), "epoch": epoch + 1}, "export/best.pt")\n'
+        "        torch.save({" + ", ".join(f'"{k}": {v}' for k, v in FULL.items()) + "}, path)",
+    )
+    assert lc5(src) == []
+
+
+def test_only_save_of_a_script_that_resumes_is_a_training_checkpoint():
+    src = """
+    import os
+    import torch
+
+    def train(model, loader, optimizer, criterion, epochs, path="ckpt.pt"):
+        if os.path.exists(path):
+            model.load_state_dict(torch.load(path, weights_only=True))
+        for epoch in range(epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            torch.save(model.state_dict(), path)
+    """
+    assert lc5(src, info=False) == [(14, "LC501"), (14, "LC504")]
+
+
+def test_weights_only_save_without_resume_is_not_checked():
+    src = """
+    import torch
+
+    def train(model, loader, optimizer, criterion, epochs):
+        for epoch in range(epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+        torch.save(model.state_dict(), "model.pt")
+    """
+    assert lc5(src) == []
+
+
+def test_script_without_optimizer_is_not_checked_for_optimizer_state():
+    src = """
+    import torch
+
+    def export(model, epoch, path):
+        torch.save({"model": model.state_dict(), "epoch": epoch, "rng": torch.get_rng_state()}, path)
+    """
+    assert lc5(src) == []
+
+
+def test_unknown_checkpoint_content_is_not_checked():
+    src = """
+    import torch
+
+    def train(model, loader, optimizer, criterion, epochs, trainer):
+        for epoch in range(epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            torch.save(trainer.checkpoint(), "last.pt")
+    """
+    assert lc5(src) == []
+
+
+# --- LC507 resume-epoch-off-by-one -------------------------------------------------------------
+
+RESUME = """
+import os
+import torch
+
+def fit(model, loader, optimizer, criterion, epochs, path):
+    start_epoch = 0
+    if os.path.exists(path):
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_epoch = ckpt["epoch"]
+    for epoch in range(start_epoch, epochs):
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+"""
+
+
+def test_resume_at_the_finished_epoch_is_reported_on_the_assignment():
+    assert lc5(RESUME, info=False) == [(10, "LC507")]
+    (message,) = messages(RESUME, "LC507")
+    assert '+ 1' in message
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('start_epoch = ckpt["epoch"]', 'start_epoch = ckpt["epoch"] + 1'),
+        ('start_epoch = ckpt["epoch"]', 'start_epoch = ckpt["epoch"]\n        start_epoch += 1'),
+        ('"epoch": epoch}', '"epoch": epoch + 1}'),
+    ],
+)
+def test_resume_that_adds_one_somewhere_is_clean(old, new):
+    assert lc5(RESUME.replace(old, new), info=False) == []
+
+
+def test_get_with_default_and_int_are_read_too():
+    src = RESUME.replace('start_epoch = ckpt["epoch"]', 'start_epoch = int(ckpt.get("epoch", 0))')
+    assert lc5(src, info=False) == [(10, "LC507")]
+
+
+def test_resume_through_a_load_helper_is_reported():
+    src = """
+    import torch
+
+    def load_checkpoint(path, model, optimizer):
+        ckpt = torch.load(path, weights_only=True)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        return ckpt["epoch"], ckpt.get("best", 0.0)
+
+    def fit(model, loader, optimizer, criterion, epochs, path, resume=False):
+        start_epoch, best = 0, 0.0
+        if resume:
+            start_epoch, best = load_checkpoint(path, model, optimizer)
+        for epoch in range(start_epoch, epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+            torch.save(state, path)
+    """
+    assert lc5(src, info=False) == [(12, "LC507")]
+
+
+def test_resume_method_of_a_trainer_class_is_reported():
+    src = """
+    import torch
+
+    class Trainer:
+        def __init__(self, model, optimizer, loader, criterion, epochs):
+            self.model, self.optimizer, self.loader = model, optimizer, loader
+            self.criterion, self.epochs = criterion, epochs
+            self.start_epoch = 0
+
+        def resume(self, path):
+            state = torch.load(path, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.start_epoch = state["epoch"]
+
+        def fit(self, path):
+            for epoch in range(self.start_epoch, self.epochs):
+                self.model.train()
+                for x, y in self.loader:
+                    self.optimizer.zero_grad()
+                    self.criterion(self.model(x), y).backward()
+                    self.optimizer.step()
+                torch.save(
+                    {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "epoch": epoch},
+                    path,
+                )
+    """
+    assert lc5(src, info=False) == [(13, "LC507")]
+
+
+def test_tuple_position_of_the_start_epoch_is_respected():
+    src = """
+    import torch
+
+    def load_checkpoint(path, model):
+        ckpt = torch.load(path, weights_only=True)
+        model.load_state_dict(ckpt["model"])
+        return ckpt["best"], ckpt["epoch"]
+
+    def fit(model, loader, optimizer, criterion, epochs, path):
+        best, start_epoch = load_checkpoint(path, model)
+        for epoch in range(start_epoch, epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            torch.save({"model": model.state_dict(), "epoch": epoch, "best": epoch - 1}, path)
+    """
+    assert lc5(src, info=False) == [(9, "LC507"), (15, "LC501")]
+    swapped = src.replace("best, start_epoch =", "start_epoch, best =")
+    assert lc5(swapped, info=False) == [(15, "LC501")]
+
+
+def test_mid_epoch_checkpoint_is_not_an_off_by_one():
+    src = RESUME.replace(
+        "            optimizer.step()\n",
+        "            optimizer.step()\n            torch.save({\"model\": model.state_dict(), "
+        "\"optimizer\": optimizer.state_dict(), \"epoch\": epoch}, path)\n",
+    ).replace(
+        '        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), '
+        '"epoch": epoch}, path)\n',
+        "",
+    )
+    assert lc5(src, info=False) == []
+
+
+def test_imagenet_style_resume_with_saved_epoch_plus_one_is_clean():
+    src = """
+    import torch
+
+    def main(args, model, loader, optimizer, criterion):
+        if args.resume:
+            checkpoint = torch.load(args.resume, weights_only=True)
+            args.start_epoch = checkpoint["epoch"]
+            model.load_state_dict(checkpoint["state_dict"])
+            optimizer.load_state_dict(checkpoint["optimizer"])
+        for epoch in range(args.start_epoch, args.epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            torch.save(
+                {"epoch": epoch + 1, "state_dict": model.state_dict(), "optimizer": optimizer.state_dict()},
+                "checkpoint.pth.tar",
+            )
+    """
+    assert lc5(src, info=False) == []
+
+
+# --- LC508 torch-load-unsafe -------------------------------------------------------------------
+
+
+def test_torch_load_without_weights_only_is_reported():
+    src = """
+    import torch
+    from torch import load
+
+    a = torch.load("a.pt", map_location="cpu")
+    b = torch.load("b.pt", weights_only=True)
+    c = torch.load("c.pt", weights_only=False)
+    d = load("d.pt")
+    e = torch.load("e.pt", **kwargs)
+    """
+    assert lc5(src) == [(4, "LC508"), (7, "LC508")]
+
+
+def test_other_load_functions_are_not_torch_load():
+    src = """
+    import json
+    import pickle
+
+    cfg = json.load(open("cfg.json"))
+    obj = pickle.load(open("x.pkl", "rb"))
+    """
+    assert lc5(src) == []
+
+
+# --- LC509 whole-model-pickled -----------------------------------------------------------------
+
+PICKLED = """
+import torch
+
+def train(model, loader, optimizer, criterion):
+    for x, y in loader:
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
+    torch.save(model, "model.pt")
+"""
+
+
+def test_pickled_model_is_reported_as_info():
+    found = lint_source(textwrap.dedent(PICKLED).lstrip("\n"), select=["LC509"])
+    assert [(f.line, f.code, f.severity.value) for f in found] == [(8, "LC509", "info")]
+    assert "model.state_dict()" in found[0].message
+
+
+def test_state_dict_save_is_not_pickling_the_model():
+    assert lc5(PICKLED.replace("torch.save(model,", "torch.save(model.state_dict(),")) == []
+
+
+def test_model_inside_the_saved_dict_is_reported():
+    src = PICKLED.replace('torch.save(model, "model.pt")', 'torch.save({"model": model, "arch": "mlp"}, "model.pt")')
+    assert ("LC509" in {code for _, code in lc5(src)})
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def test_checkpoint_helper_in_another_module_is_followed():
+    report = lint_paths([FIXTURES / "ckpt_project"], select=["LC5"])
+    found = sorted((Path(f.path).name, f.line, f.code) for f in report.findings if f.severity.value != "info")
+    assert found == [("train.py", 56, "LC507"), ("utils.py", 18, "LC502")]

@@ -1,0 +1,388 @@
+"""LC701-LC702: DistributedSampler without set_epoch, training loader without shuffling.
+
+Each case is a small script whose offending lines carry `# expect: LC7xx`; the test asserts that
+the LC7 findings are exactly those (line, code) pairs.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from loopcheck.lint.api import lint_paths, lint_source
+
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # a rule crash fails the test
+
+_MARK = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
+
+HEAD = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data.distributed import DistributedSampler
+"""
+
+
+def expected(source: str) -> set[tuple[int, str]]:
+    out = set()
+    for number, line in enumerate(source.splitlines(), start=1):
+        match = _MARK.search(line)
+        if match:
+            out |= {(number, code.strip()) for code in match.group(1).split(",") if code.strip()}
+    return out
+
+
+def found(source: str, path: str = "<string>") -> set[tuple[int, str]]:
+    return {(f.line, f.code) for f in lint_source(source, path=path) if f.code.startswith("LC7")}
+
+
+def found_in_project(path: Path) -> set[tuple[str, int, str]]:
+    """Findings of linting one file of a project on disk (local imports are followed)."""
+    report = lint_paths([path])
+    assert not report.errors
+    return {(Path(f.path).name, f.line, f.code) for f in report.findings if f.code.startswith("LC7")}
+
+
+def check(body: str) -> None:
+    source = HEAD + textwrap.dedent(body)
+    assert found(source) == expected(source)
+
+
+TRAIN = """
+    for epoch in range(epochs):
+        model.train()
+        for x, y in {loader}:
+            opt.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            opt.step()
+"""
+
+
+def train_body(loader: str = "loader", indent: int = 4) -> str:
+    return textwrap.indent(textwrap.dedent(TRAIN.format(loader=loader)), " " * indent)
+
+
+def script(setup: str, loader: str = "loader") -> str:
+    """`def main(...)` with `setup` followed by a standard epoch / batch loop over `loader`."""
+    return (
+        "def main(model, train_set, epochs):\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    criterion = nn.CrossEntropyLoss()\n"
+        + textwrap.indent(textwrap.dedent(setup), "    ")
+        + train_body(loader)
+    )
+
+
+# --------------------------------------------------------------------------- LC701
+
+
+def test_sampler_without_set_epoch():
+    check(script("""
+        sampler = DistributedSampler(train_set)  # expect: LC701
+        loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+    """))
+
+
+def test_inline_sampler_is_reported_at_its_construction():
+    check(script("""
+        loader = DataLoader(
+            train_set,
+            batch_size=32,
+            sampler=DistributedSampler(train_set, drop_last=True),  # expect: LC701
+        )
+    """))
+
+
+def test_set_epoch_on_the_sampler_or_through_the_loader():
+    check(script("""
+        sampler = DistributedSampler(train_set)
+        loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+        sampler.set_epoch(0)
+    """))
+    check("""
+        def train_one_epoch(model, loader, opt, criterion, epoch):
+            loader.sampler.set_epoch(epoch)
+            model.train()
+            for x, y in loader:
+                opt.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                opt.step()
+
+        def main(model, train_set, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+            for epoch in range(epochs):
+                train_one_epoch(model, loader, opt, criterion, epoch)
+    """)
+
+
+def test_set_epoch_in_a_helper_of_another_module(tmp_path: Path):
+    (tmp_path / "engine.py").write_text(textwrap.dedent("""
+        def train_one_epoch(model, loader, opt, criterion, epoch):
+            loader.sampler.set_epoch(epoch)
+            model.train()
+            for x, y in loader:
+                opt.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                opt.step()
+    """))
+    source = HEAD + textwrap.dedent("""
+        from engine import train_one_epoch
+
+        def main(model, train_set, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            sampler = DistributedSampler(train_set)
+            loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+            for epoch in range(epochs):
+                train_one_epoch(model, loader, opt, criterion, epoch)
+    """)
+    (tmp_path / "train.py").write_text(source)
+    assert found_in_project(tmp_path / "train.py") == set()
+    # the same helper without set_epoch: the sampler in train.py is reported
+    engine = (tmp_path / "engine.py").read_text().replace("    loader.sampler.set_epoch(epoch)\n", "")
+    (tmp_path / "engine.py").write_text(engine)
+    line = source.splitlines().index("    sampler = DistributedSampler(train_set)") + 1
+    assert found_in_project(tmp_path / "train.py") == {("train.py", line, "LC701")}
+
+
+def test_sampler_not_shuffling_or_unknown_shuffle_is_not_reported():
+    check(script("""
+        sampler = DistributedSampler(train_set, shuffle=False)
+        loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+    """))
+    check(script("""
+        sampler = DistributedSampler(train_set, shuffle=not args.ordered)
+        loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+    """))
+
+
+def test_sampler_used_only_for_evaluation_is_not_reported():
+    check("""
+        @torch.no_grad()
+        def evaluate(model, loader):
+            model.eval()
+            return sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+
+        def main(model, train_set, val_set, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            val_loader = DataLoader(val_set, batch_size=64, sampler=DistributedSampler(val_set))
+            for epoch in range(epochs):
+                model.train()
+                for x, y in loader:
+                    opt.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    opt.step()
+                for x, y in val_loader:
+                    with torch.no_grad():
+                        model.eval()
+                        model(x)
+                model.train()
+    """)
+
+
+def test_sampler_built_inside_the_epoch_loop_is_not_reported():
+    check("""
+        def main(model, train_set, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            for epoch in range(epochs):
+                sampler = DistributedSampler(train_set, seed=epoch)
+                loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+                model.train()
+                for x, y in loader:
+                    opt.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    opt.step()
+    """)
+
+
+def test_single_pass_without_epoch_loop_is_not_reported():
+    check("""
+        def main(model, train_set):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+            model.train()
+            for x, y in loader:
+                opt.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                opt.step()
+    """)
+
+
+def test_loaders_returned_by_a_builder_function():
+    check("""
+        def build(train_set, val_set):
+            train_sampler = DistributedSampler(train_set)  # expect: LC701
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+            return (
+                DataLoader(train_set, batch_size=32, sampler=train_sampler),
+                DataLoader(val_set, batch_size=32, sampler=val_sampler),
+            )
+
+        def main(model, train_set, val_set, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            train_loader, val_loader = build(train_set, val_set)
+            for epoch in range(epochs):
+                model.train()
+                for x, y in train_loader:
+                    opt.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    opt.step()
+    """)
+
+
+# --------------------------------------------------------------------------- LC702
+
+
+def test_training_loader_without_shuffle():
+    check(script("""
+        loader = DataLoader(train_set, batch_size=32, num_workers=4)  # expect: LC702
+    """))
+    check(script("""
+        loader = DataLoader(train_set, batch_size=32, shuffle=False)  # expect: LC702
+    """))
+    check(script("""
+        loader = DataLoader(train_set, 32, False)  # expect: LC702
+    """))
+
+
+def test_shuffled_or_sampled_loaders_are_fine():
+    for setup in (
+        "loader = DataLoader(train_set, batch_size=32, shuffle=True)",
+        "loader = DataLoader(train_set, 32, True)",
+        "loader = DataLoader(train_set, batch_size=32, sampler=torch.utils.data.RandomSampler(train_set))",
+        "loader = DataLoader(train_set, batch_sampler=bucket_sampler)",
+        "loader = DataLoader(train_set, batch_size=32, shuffle=args.shuffle)",
+        "loader = DataLoader(train_set, batch_size=32, shuffle=sampler is None, sampler=sampler)",
+        "loader = DataLoader(train_set, **loader_kwargs)",
+    ):
+        check(script(setup + "\n"))
+
+
+def test_evaluation_loader_without_shuffle_is_fine():
+    check("""
+        @torch.no_grad()
+        def evaluate(model, val_set):
+            model.eval()
+            loader = DataLoader(val_set, batch_size=256)
+            return [model(x) for x, _ in loader]
+    """)
+
+
+def test_iterable_and_streaming_datasets_are_exempt():
+    check("""
+        class Shards(IterableDataset):
+            def __init__(self, files):
+                self.files = files
+
+            def __iter__(self):
+                for f in self.files:
+                    yield from torch.load(f)
+
+        class Lines:
+            def __init__(self, path):
+                self.path = path
+
+            def __iter__(self):
+                with open(self.path) as fh:
+                    for line in fh:
+                        yield line
+
+        def main(model, files, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            a = DataLoader(Shards(files), batch_size=8)
+            dataset = Lines(files[0])
+            b = DataLoader(dataset, batch_size=8)
+            for epoch in range(epochs):
+                model.train()
+                for x, y in a:
+                    opt.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    opt.step()
+                for x, y in b:
+                    opt.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    opt.step()
+    """)
+    check(script("""
+        from datasets import load_dataset
+        stream = load_dataset("c4", "en", split="train", streaming=True)
+        loader = DataLoader(stream, batch_size=8)
+    """))
+    check(script("""
+        import webdataset as wds
+        shards = wds.WebDataset("data/shard-{000..099}.tar").decode("torchrgb")
+        loader = DataLoader(shards, batch_size=None, num_workers=8)
+    """))
+
+
+def test_map_style_dataset_of_the_project_is_reported():
+    check("""
+        class Pairs(Dataset):
+            def __init__(self, xs, ys):
+                self.xs, self.ys = xs, ys
+
+            def __len__(self):
+                return len(self.xs)
+
+            def __getitem__(self, i):
+                return self.xs[i], self.ys[i]
+
+        def main(model, xs, ys, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            loader = DataLoader(Pairs(xs, ys), batch_size=16)  # expect: LC702
+            for epoch in range(epochs):
+                model.train()
+                for x, y in loader:
+                    opt.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    opt.step()
+    """)
+
+
+def test_loader_of_a_step_loop_through_next_iter():
+    check("""
+        def main(model, train_set, max_steps):
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            criterion = nn.CrossEntropyLoss()
+            loader = DataLoader(train_set, batch_size=16)  # expect: LC702
+            it = iter(loader)
+            model.train()
+            for step in range(max_steps):
+                try:
+                    x, y = next(it)
+                except StopIteration:
+                    it = iter(loader)
+                    x, y = next(it)
+                opt.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                opt.step()
+    """)
+
+
+def test_message_names_the_loader():
+    source = HEAD + script("loader = DataLoader(train_set, batch_size=32)\n")
+    (finding,) = lint_source(source, select=["LC702"])
+    assert "`loader`" in finding.message and "shuffle=True" in finding.message

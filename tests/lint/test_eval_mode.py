@@ -1,0 +1,409 @@
+"""LC301-LC304: evaluation loops in training mode or with autograd on, eval mode leaking into
+training, backward with recording off.
+
+Each case is a small script whose offending lines carry `# expect: LC3xx`; the test asserts that
+the LC3 findings are exactly those (line, code) pairs.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+from loopcheck.lint.api import lint_source
+
+_MARK = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
+
+HEAD = """\
+import torch
+from torch import nn
+import torch.nn.functional as F
+"""
+
+TRAIN_ONE_EPOCH = """
+def train_one_epoch(model, loader, optimizer):
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def expected(source: str) -> set[tuple[int, str]]:
+    out = set()
+    for number, line in enumerate(source.splitlines(), start=1):
+        match = _MARK.search(line)
+        if match:
+            out |= {(number, code.strip()) for code in match.group(1).split(",") if code.strip()}
+    return out
+
+
+def check(body: str, *, prelude: str = "") -> None:
+    source = HEAD + textwrap.dedent(prelude) + textwrap.dedent(body)
+    got = {(f.line, f.code) for f in lint_source(source) if f.code.startswith("LC3")}
+    assert got == expected(source)
+
+
+# --------------------------------------------------------------------------- LC301
+
+
+def test_evaluate_without_eval_after_training_epoch():
+    check(
+        """
+        def evaluate(model, loader):
+            hits = 0
+            with torch.no_grad():
+                for x, y in loader:
+                    hits += (model(x).argmax(1) == y).sum().item()  # expect: LC301
+            return hits
+
+        def main(model, train_loader, val_loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                train_one_epoch(model, train_loader, optimizer)
+                print(evaluate(model, val_loader))
+        """,
+        prelude=TRAIN_ONE_EPOCH,
+    )
+
+
+def test_eval_called_by_the_caller_before_evaluate_is_clean():
+    check(
+        """
+        def evaluate(model, loader):
+            hits = 0
+            with torch.no_grad():
+                for x, y in loader:
+                    hits += (model(x).argmax(1) == y).sum().item()
+            return hits
+
+        def main(model, train_loader, val_loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                train_one_epoch(model, train_loader, optimizer)
+                model.eval()
+                print(evaluate(model, val_loader))
+        """,
+        prelude=TRAIN_ONE_EPOCH,
+    )
+
+
+def test_eval_switched_after_the_evaluation_is_too_late():
+    check(
+        """
+        def main(model, train_loader, val_loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                train_one_epoch(model, train_loader, optimizer)
+                with torch.no_grad():
+                    for x, y in val_loader:
+                        loss = F.cross_entropy(model(x), y)  # expect: LC301
+                model.eval()
+        """,
+        prelude=TRAIN_ONE_EPOCH,
+    )
+
+
+def test_training_script_that_never_switches_modes():
+    check("""
+        def main(model, train_loader, val_loader, epochs):
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(epochs):
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    F.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                with torch.no_grad():
+                    val = 0.0
+                    for x, y in val_loader:
+                        val += F.mse_loss(model(x), y).item()  # expect: LC301
+                print(epoch, val)
+    """)
+
+
+def test_inference_only_scripts_and_recalibration_and_rollouts_are_clean():
+    check("""
+        def predict(model, test_loader):
+            # no training here: the model may well come in eval mode
+            with torch.inference_mode():
+                return [model(x).argmax(1) for x in test_loader]
+
+        def predict_all(model, test_loader):
+            out = []
+            with torch.inference_mode():
+                for x in test_loader:
+                    out.append(model(x).argmax(1))
+            return out
+
+        def recalibrate_bn(model, loader):
+            model.train()
+            with torch.no_grad():
+                for x, _ in loader:
+                    model(x)
+
+        def rollout(policy, env, steps):
+            obs = env.reset()
+            with torch.no_grad():
+                for t in range(steps):
+                    obs, reward, done, info = env.step(policy(obs).argmax().item())
+    """)
+
+
+# --------------------------------------------------------------------------- LC302
+
+
+def test_evaluation_without_no_grad():
+    check("""
+        def validate(model, val_loader):
+            model.eval()
+            total = 0.0
+            for x, y in val_loader:
+                total += F.mse_loss(model(x), y).item()  # expect: LC302
+            return total
+    """)
+
+
+def test_no_grad_forms_are_clean():
+    check("""
+        @torch.no_grad()
+        def validate(model, val_loader):
+            model.eval()
+            return sum(F.mse_loss(model(x), y).item() for x, y in val_loader)
+
+        def evaluate(model, val_loader):
+            model.eval()
+            total = 0.0
+            with torch.no_grad(), torch.autocast("cuda"):
+                for x, y in val_loader:
+                    total += F.mse_loss(model(x), y).item()
+            return total
+
+        def test(model, test_loader):
+            model.eval()
+            total = 0.0
+            with torch.inference_mode():
+                for x, y in test_loader:
+                    total += F.mse_loss(model(x), y).item()
+            return total
+
+        def score(model, val_loader):
+            model.eval()
+            total = 0.0
+            for x, y in val_loader:
+                total += F.mse_loss(model(x), y).item()
+            return total
+
+        def run(model, val_loader):
+            with torch.no_grad():
+                return score(model, val_loader)
+    """)
+
+
+def test_saliency_loop_needs_the_graph():
+    check("""
+        def saliency(model, val_loader):
+            model.eval()
+            maps = []
+            for x, y in val_loader:
+                x.requires_grad_(True)
+                score = model(x).gather(1, y[:, None]).sum()
+                maps.append(torch.autograd.grad(score, x)[0].abs())
+            return maps
+    """)
+
+
+# --------------------------------------------------------------------------- LC303
+
+
+def test_validation_switches_to_eval_and_training_is_never_switched_back():
+    check("""
+        def validate(model, val_loader):
+            model.eval()  # expect: LC303
+            with torch.no_grad():
+                return sum(F.mse_loss(model(x), y).item() for x, y in val_loader)
+
+        def fit(model, train_loader, val_loader, epochs):
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            model.train()
+            for epoch in range(epochs):
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    F.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                print(validate(model, val_loader))
+    """)
+
+
+def test_periodic_validation_inside_the_batch_loop():
+    check("""
+        def fit(model, train_loader, val_loader, epochs, eval_every=500):
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(epochs):
+                model.train()
+                for step, (x, y) in enumerate(train_loader):
+                    optimizer.zero_grad()
+                    F.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                    if step % eval_every == 0:
+                        model.eval()  # expect: LC303
+                        with torch.no_grad():
+                            for vx, vy in val_loader:
+                                print(F.mse_loss(model(vx), vy).item())
+    """)
+
+
+def test_mode_restored_in_each_of_the_usual_places_is_clean():
+    check(
+        """
+        @torch.no_grad()
+        def evaluate(model, val_loader):
+            was_training = model.training
+            model.eval()
+            total = sum(F.mse_loss(model(x), y).item() for x, y in val_loader)
+            model.train(was_training)
+            return total
+
+        def validate(model, val_loader):
+            model.eval()
+            with torch.no_grad():
+                total = sum(F.mse_loss(model(x), y).item() for x, y in val_loader)
+            model.train()
+            return total
+
+        def fit_a(model, train_loader, val_loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                train_one_epoch(model, train_loader, optimizer)
+                model.eval()
+                print(evaluate(model, val_loader))
+
+        def fit_b(model, train_loader, val_loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model.train()
+            for epoch in range(epochs):
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+                print(validate(model, val_loader), evaluate(model, val_loader))
+        """,
+        prelude=TRAIN_ONE_EPOCH,
+    )
+
+
+def test_frozen_parts_and_other_networks_kept_in_eval_mode_are_clean():
+    check("""
+        def distill(student, teacher, model, loader, epochs):
+            optimizer = torch.optim.SGD(list(student.parameters()) + list(model.head.parameters()), lr=0.1)
+            for p in model.backbone.parameters():
+                p.requires_grad = False
+            for epoch in range(epochs):
+                student.train()
+                teacher.eval()
+                model.train()
+                model.backbone.eval()
+                for x, y in loader:
+                    with torch.no_grad():
+                        soft = teacher(x).softmax(1)
+                    optimizer.zero_grad()
+                    loss = F.kl_div(student(x).log_softmax(1), soft, reduction="batchmean")
+                    loss = loss + F.cross_entropy(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+    """)
+
+
+# --------------------------------------------------------------------------- LC304
+
+
+def test_training_function_decorated_with_no_grad():
+    check("""
+        @torch.no_grad()
+        def train_epoch(model, loader, optimizer):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()  # expect: LC304
+                optimizer.step()
+    """)
+
+
+def test_training_step_called_from_inside_no_grad_block():
+    check("""
+        def step(model, optimizer, x, y):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()  # expect: LC304
+            optimizer.step()
+
+        def train(model, teacher, loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            teacher.eval()
+            for epoch in range(epochs):
+                model.train()
+                for x in loader:
+                    with torch.inference_mode():
+                        y = teacher(x).argmax(1)
+                        step(model, optimizer, x, y)
+    """)
+
+
+def test_enable_grad_rollouts_and_graphs_recorded_outside_are_clean():
+    check("""
+        @torch.no_grad()
+        def adapt(model, loader, optimizer):
+            model.train()
+            for x, _ in loader:
+                with torch.enable_grad():
+                    out = model(x)
+                    loss = -(out.softmax(1) * out.log_softmax(1)).sum(1).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+        def reinforce(policy, env, optimizer, iterations):
+            for it in range(iterations):
+                with torch.no_grad():
+                    states = [torch.as_tensor(env.reset())]
+                    for t in range(100):
+                        states.append(torch.as_tensor(env.step(policy(states[-1]).argmax().item())[0]))
+                loss = policy(torch.stack(states)).logsumexp(1).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+        def phase(model, loader, optimizer, train):
+            model.train(train)
+            with torch.set_grad_enabled(train):
+                for x, y in loader:
+                    loss = F.cross_entropy(model(x), y)
+                    if train:
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+
+        def backward_only_in_block(model, loader, optimizer):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                with torch.no_grad():
+                    loss.backward()
+                optimizer.step()
+    """)
+
+
+@pytest.mark.parametrize("code", ["LC301", "LC302", "LC303", "LC304"])
+def test_rule_page_examples(code):
+    """The page's Bad block gives this code and no other error or warning; Good gives none of it."""
+    from loopcheck.catalog import page
+
+    p = page(code)
+    bad = {f.code for f in lint_source(p.example("Bad")) if f.severity.value in ("error", "warning")}
+    assert bad == {code}
+    assert code not in {f.code for f in lint_source(p.example("Good"))}

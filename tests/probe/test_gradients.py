@@ -1,0 +1,124 @@
+"""LP101 / LP102 gradient norms, LP403 gradients not reset, LP404 unused parameters, LP501 loss spikes."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import loopcheck
+from conftest import Net, codes
+
+
+def test_loss_times_1e4_on_one_step_is_a_loss_and_gradient_spike(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.02, momentum=0.9)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for step, (x, y) in enumerate(batches.epoch(80)):
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            if step == 60:
+                loss = loss * 1e4
+            loss.backward()
+            opt.step()
+    assert codes(probe) == {"LP101", "LP501"}
+    spike = {f.code: f for f in probe.findings}
+    assert spike["LP501"].step == spike["LP101"].step == 61
+    assert spike["LP101"].count == 1
+    assert "head" in spike["LP101"].message  # the largest layer norms are named
+
+
+def test_saturated_layers_are_reported_as_vanishing(net, batches):
+    with torch.no_grad():
+        net.mid.bias.fill_(-1e3)  # tanh after mid saturates: no gradient reaches mid and below
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False, vanish_steps=20) as probe:
+        for x, y in batches.epoch(45):
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+    assert codes(probe) == {"LP102"}
+    (f,) = probe.findings
+    assert f.step == 20 and f.where == "body.0"
+    assert set(f.extra["layers"]) == {"body.0", "body.1", "mid"}
+
+
+def test_missing_zero_grad_is_lp403(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.001)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(10):
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+    assert "LP403" in codes(probe)
+    f = next(f for f in probe.findings if f.code == "LP403")
+    assert f.step == 1 and f.count == 9  # reported once, counted at every later step
+
+
+def test_gradient_accumulation_and_other_reset_styles_stay_clean(batches):
+    torch.manual_seed(3)
+    net = Net()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    accum = 4
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for i, (x, y) in enumerate(batches.epoch(48)):
+            (F.cross_entropy(net(x), y) / accum).backward()
+            if (i + 1) % accum == 0:
+                opt.step()
+                if i < 16:
+                    opt.zero_grad(set_to_none=False)
+                elif i < 32:
+                    for p in net.parameters():
+                        p.grad = None
+                else:
+                    net.zero_grad()
+    assert probe.findings == [] and probe.step == 12
+
+
+def test_two_optimizers_gan_style_stay_clean():
+    torch.manual_seed(4)
+    netG = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    netD = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    optG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    optD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    real_data = torch.randn(256, 8) * 0.5 + 1.0
+    with loopcheck.probe([netD, netG], [optD, optG], on_finding="ignore", summary=False) as probe:
+        for i in range(40):
+            real = real_data[torch.randint(0, 256, (32,))]
+            fake = netG(torch.randn(32, 8))
+            netD.zero_grad()
+            errD = F.binary_cross_entropy_with_logits(netD(real), torch.ones(32, 1))
+            errD = errD + F.binary_cross_entropy_with_logits(netD(fake.detach()), torch.zeros(32, 1))
+            errD.backward()
+            optD.step()
+            netG.zero_grad()
+            errG = F.binary_cross_entropy_with_logits(netD(fake), torch.ones(32, 1))
+            errG.backward()  # also fills netD's gradients, reset before D's next backward
+            optG.step()
+    assert probe.findings == []
+    assert probe.step == 40
+
+
+def test_unused_head_is_named(batches):
+    torch.manual_seed(5)
+    net = Net(extra_head=True)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.05)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False, unused_after=10) as probe:
+        for x, y in batches.epoch(15):
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+    assert codes(probe) == {"LP404"}
+    (f,) = probe.findings
+    assert f.where == "aux_head" and f.step == 10 and "50 trainable values" in f.message
+
+
+def test_frozen_parameters_are_not_unused(batches):
+    torch.manual_seed(6)
+    net = Net(extra_head=True)
+    net.aux_head.requires_grad_(False)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(8):
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+    assert probe.findings == []

@@ -1,0 +1,180 @@
+"""LP301 scheduler cadence, LP302 unexplained LR jumps, LP303 LR changed behind the scheduler."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+from torch.optim import lr_scheduler
+
+import loopcheck
+from conftest import Net, codes
+
+
+def fresh(lr=0.05):
+    torch.manual_seed(0)
+    net = Net()
+    return net, torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+
+
+def step(net, opt, x, y):
+    opt.zero_grad()
+    F.cross_entropy(net(x), y).backward()
+    opt.step()
+
+
+def test_onecycle_stepped_per_epoch(batches):
+    net, opt = fresh()
+    epochs, per_epoch = 4, 10
+    sched = lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=epochs * per_epoch)
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for _ in range(epochs):
+            for x, y in batches.epoch(per_epoch):
+                step(net, opt, x, y)
+            sched.step()
+    assert codes(probe) == {"LP301"}
+    (f,) = probe.findings
+    assert f.where == "OneCycleLR" and f.step == 20 and "once every 10" in f.message
+
+
+def test_scheduler_stepped_twice_per_optimizer_step(batches):
+    net, opt = fresh()
+    sched = lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(12):
+            step(net, opt, x, y)
+            sched.step()  # in the training step ...
+            sched.step()  # ... and again in the loop
+    assert codes(probe) == {"LP301"}
+    (f,) = probe.findings
+    assert "2 times" in f.message and f.step == 2
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_scheduler_before_the_first_optimizer_step(batches):
+    net, opt = fresh()
+    sched = lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(8):
+            sched.step()
+            step(net, opt, x, y)
+    assert codes(probe) == {"LP301"}
+    (f,) = probe.findings
+    assert f.step == 0 and "before the first optimizer step" in f.message
+
+
+def test_manual_lr_edit_behind_the_scheduler(batches):
+    net, opt = fresh()
+    sched = lr_scheduler.CosineAnnealingLR(opt, T_max=60)
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for i, (x, y) in enumerate(batches.epoch(60)):
+            if i == 30:
+                for group in opt.param_groups:
+                    group["lr"] *= 0.5
+            step(net, opt, x, y)
+            sched.step()
+    assert codes(probe) == {"LP303"}
+    (f,) = probe.findings
+    assert f.where == "param_groups[0]" and f.step == 30
+
+
+def test_lr_reset_mid_run_by_reloading_a_stale_scheduler_state(batches):
+    net, opt = fresh()
+    sched = lr_scheduler.CosineAnnealingLR(opt, T_max=80)
+    start = sched.state_dict()
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for i, (x, y) in enumerate(batches.epoch(60)):
+            if i == 40:
+                sched.load_state_dict(start)  # "recovering" with the wrong state
+            step(net, opt, x, y)
+            sched.step()
+    assert codes(probe) == {"LP302"}
+    (f,) = probe.findings
+    assert f.step == 41 and "went back from position 40 to 1" in f.message
+
+
+def test_lr_set_back_to_its_initial_value_is_a_jump(batches):
+    net, opt = fresh()
+    sched = lr_scheduler.ExponentialLR(opt, gamma=0.97)
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for i, (x, y) in enumerate(batches.epoch(40)):
+            if i == 25:
+                for group in opt.param_groups:
+                    group["lr"] = group["initial_lr"]
+            step(net, opt, x, y)
+            sched.step()
+    assert codes(probe) == {"LP302"}
+    assert probe.findings[0].step == 25
+
+
+def _first_run(batches, steps):
+    net, opt = fresh()
+    sched = lr_scheduler.LambdaLR(opt, lambda s: 0.5 ** (s / 20))
+    for x, y in batches.epoch(steps):
+        step(net, opt, x, y)
+        sched.step()
+    return {"model": net.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
+
+
+@pytest.mark.parametrize("restore_scheduler", [False, True])
+def test_resume_without_the_scheduler_state(batches, restore_scheduler):
+    ckpt = _first_run(batches, 30)
+    torch.manual_seed(1)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    net.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    sched = lr_scheduler.LambdaLR(opt, lambda s: 0.5 ** (s / 20))
+    if restore_scheduler:
+        sched.load_state_dict(ckpt["scheduler"])
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(10):
+            step(net, opt, x, y)
+            sched.step()
+    if restore_scheduler:
+        assert probe.findings == []
+    else:
+        # SGD keeps no step count, but its momentum buffers show it was trained before
+        assert codes(probe) == {"LP302"}
+        assert "momentum buffers" in probe.findings[0].message
+
+
+def test_resume_with_adam_state_but_fresh_scheduler(batches):
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    for x, y in batches.epoch(30):
+        step(net, opt, x, y)
+    saved = opt.state_dict()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    opt.load_state_dict(saved)
+    sched = lr_scheduler.LinearLR(opt, start_factor=0.01, total_iters=50)
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(10):
+            step(net, opt, x, y)
+            sched.step()
+    assert codes(probe) == {"LP302"}
+    (f,) = probe.findings
+    assert "30 steps of state" in f.message and f.step == 2
+
+
+def test_per_epoch_and_plateau_schedulers_with_amp_skips_stay_clean(batches):
+    net, opt = fresh()
+    step_sched = lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    plateau = lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    hit = {"k": -1}
+    net.head.bias.register_hook(lambda g: g * float("inf") if hit["k"] == 0 else g)
+    with loopcheck.probe(net, opt, scheduler=[step_sched, plateau], scaler=scaler,
+                         on_finding="ignore", summary=False) as probe:
+        for epoch in range(4):
+            for k, (x, y) in enumerate(batches.epoch(10)):
+                hit["k"] = k + epoch  # the first step of the first epoch overflows
+                opt.zero_grad()
+                scaler.scale(F.cross_entropy(net(x), y)).backward()
+                scaler.step(opt)
+                scaler.update()
+            step_sched.step()
+            plateau.step(1.0 + epoch)  # a worsening metric: plateau halves the LR
+    assert probe.findings == []
+    assert probe.skipped == 1

@@ -1,0 +1,72 @@
+"""LP202 loss graphs kept alive across steps, LP201 memory growing step after step."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+import loopcheck
+from conftest import codes
+
+
+def test_history_append_loss_is_found_within_100_steps(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    history = []
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(100):
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            history.append(loss)
+    assert codes(probe) == {"LP202"}
+    (f,) = probe.findings
+    assert f.step <= 30
+
+
+def test_running_total_without_item_is_found(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for epoch in range(2):
+            total = 0.0
+            for x, y in batches.epoch(40):
+                opt.zero_grad()
+                loss = F.cross_entropy(net(x), y) / 2
+                loss.backward()
+                opt.step()
+                total += loss
+    assert codes(probe) == {"LP202"}
+
+
+def test_item_detach_and_last_loss_are_fine(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    history, detached, total = [], [], 0.0
+    best = None
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(80):
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            history.append(loss.item())
+            detached.append(loss.detach())
+            total += loss.item()
+            last_loss = loss  # kept one step only
+            if best is None or loss.item() < best:
+                best = loss.item()
+    assert probe.findings == [] and last_loss is not None
+
+
+def test_steady_memory_growth(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    kept = []
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False, every=5, memory_samples=8,
+                         memory_growth_mb=12) as probe:
+        for x, y in batches.epoch(60):
+            opt.zero_grad()
+            out = net(x)
+            F.cross_entropy(out, y).backward()
+            opt.step()
+            kept.append(torch.ones(2**18) + out.detach().mean())  # 1 MiB a step, never released
+    assert codes(probe) == {"LP201"}
+    assert probe.findings[0].step == 40

@@ -1,0 +1,135 @@
+"""LP103 / LP104 / LP105: NaN and Inf located in forward, backward and the loss; AMP overflow handling."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import loopcheck
+from conftest import Net, codes
+
+
+def train(net, batches, steps, *, opt=None, before_step=None, loss_fn=None, **options):
+    opt = opt or torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False, **options) as probe:
+        for step, (x, y) in enumerate(batches.epoch(steps)):
+            if before_step:
+                before_step(step)
+            opt.zero_grad()
+            out = net(x)
+            loss = loss_fn(out, y, step) if loss_fn else F.cross_entropy(out, y)
+            loss.backward()
+            opt.step()
+    return probe
+
+
+def only(probe, code):
+    found = [f for f in probe.findings if f.code == code]
+    assert len(found) == 1, probe.findings
+    return found[0]
+
+
+def test_nan_weight_in_forward_names_the_layer_and_step(net, batches):
+    def corrupt(step):
+        if step == 37:
+            with torch.no_grad():
+                net.mid.weight[3, 5] = float("nan")
+
+    probe = train(net, batches, 60, before_step=corrupt)
+    assert codes(probe) == {"LP103"}
+    f = only(probe, "LP103")
+    assert f.where == "mid"
+    assert f.step == 38  # the 38th optimizer step is the first to see it
+    assert f.count > 1  # later steps are counted under the first incident, not reported anew
+
+
+def test_nan_input_batch_is_blamed_on_the_data(net, batches):
+    def loss_fn(out, y, step):
+        return F.cross_entropy(out, y)
+
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for step, (x, y) in enumerate(batches.epoch(30)):
+            if step == 12:
+                x = x.clone()
+                x[0, 0] = float("inf")
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+    f = only(probe, "LP103")
+    assert "input batch" in f.message and f.step == 13
+
+
+def test_nan_only_in_backward_names_the_module(net, batches):
+    def arm(step):
+        net.trap.armed = step == 25
+
+    probe = train(net, batches, 40, before_step=arm)
+    assert codes(probe) == {"LP104"}
+    f = only(probe, "LP104")
+    assert f.where == "trap" and f.step == 26
+    assert "mid.weight" in f.message
+
+
+def test_nonfinite_loss_is_lp105(net, batches):
+    def loss_fn(out, y, step):
+        loss = F.cross_entropy(out, y)
+        return loss * torch.tensor(float("inf")) if step == 9 else loss
+
+    probe = train(net, batches, 20, loss_fn=loss_fn)
+    f = only(probe, "LP105")
+    assert f.step == 10 and f.where is None
+
+
+def test_nonfinite_gradient_without_localisation_names_the_parameters(net, batches):
+    def arm(step):
+        net.trap.armed = step == 5
+
+    probe = train(net, batches, 12, before_step=arm, localize=False)
+    f = only(probe, "LP104")
+    assert f.step == 6 and "mid.weight" in f.message and f.where in {"mid", "body.0", "body.1"}
+
+
+def test_bf16_autocast_with_gradscaler_absorbs_overflows(batches):
+    torch.manual_seed(1)
+    net = Net()
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=20)
+    overflow_at = {7, 8, 40, 41, 90}
+    step_no = {"k": 0}
+    net.head.weight.register_hook(lambda g: g * float("inf") if step_no["k"] in overflow_at else g)
+    with loopcheck.probe(net, opt, scaler=scaler, on_finding="ignore", summary=False) as probe:
+        for k, (x, y) in enumerate(batches.epoch(120)):
+            step_no["k"] = k
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(net(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+    assert probe.findings == []
+    assert probe.skipped == len(overflow_at)
+    assert probe.step == 120 - len(overflow_at)
+
+
+def test_persistent_skipping_is_reported_with_its_source(batches):
+    torch.manual_seed(2)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+    with loopcheck.probe(net, opt, scaler=scaler, on_finding="ignore", summary=False, skip_streak=10) as probe:
+        for k, (x, y) in enumerate(batches.epoch(40)):
+            if k == 15:
+                with torch.no_grad():
+                    net.head.bias[1] = float("nan")
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    f = only(probe, "LP103")
+    assert f.where == "head" and "skipped 10 steps in a row" in f.message
+    assert probe.step == 15
