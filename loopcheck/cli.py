@@ -52,7 +52,10 @@ def rules(
         if family and not code.startswith(family.upper()):
             continue
         table.add_row(code, p.name, p.severity.value, p.summary)
-    Console(soft_wrap=False).print(table)
+    out = Console()
+    if not out.is_terminal:  # piped: never cut names to an assumed 80 columns
+        out = Console(width=max(out.width, 200))
+    out.print(table)
 
 
 @app.command()

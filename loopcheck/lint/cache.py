@@ -5,8 +5,8 @@ directory holding a pyproject.toml or .git, else the working directory), one JSO
 (file, effective configuration). An entry is valid while
 
 - the file's bytes hash the same,
-- loopcheck's version and the rule pages' metadata (names, severities, fix kinds) are unchanged
-  (both are part of the entry's name, so an upgrade starts afresh), and
+- loopcheck's version, its linter code and the rule pages' metadata (names, severities, fix
+  kinds) are unchanged (they name the cache's folder, so an upgrade starts afresh), and
 - every local module the file imports (directly or through other local modules) hashes the
   same: the loop model follows calls into them, so editing `model.py` invalidates `train.py`.
 
@@ -48,10 +48,20 @@ def digest(data: bytes) -> str:
 
 
 def _salt() -> str:
+    """What every entry depends on: the version, the rule metadata and the linter's own code
+    (its files' sizes and times, so an edited checkout never reads results of older rules)."""
     from loopcheck import __version__
 
     meta = [[p.code, p.name, p.severity.value, p.fix] for p in catalog().values()]
-    return digest(json.dumps([__version__, meta]).encode())[:16]
+    lint_dir = Path(__file__).resolve().parent
+    code = []
+    for source in sorted(lint_dir.rglob("*.py")):
+        try:
+            st = source.stat()
+        except OSError:
+            continue
+        code.append([str(source.relative_to(lint_dir)), st.st_size, st.st_mtime_ns])
+    return digest(json.dumps([__version__, meta, code]).encode())[:16]
 
 
 @dataclass

@@ -17,11 +17,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, Iterable, TextIO
 
 from loopcheck.catalog import page
 from loopcheck.errors import ConfigError
-from loopcheck.findings import Finding, Severity
+from loopcheck.findings import Finding
 from loopcheck.lint.config import Config, Overrides, Resolver, lint_codes
 from loopcheck.lint.output import FileError, Format, Report
 from loopcheck.lint.output.report import plural
@@ -135,15 +135,20 @@ class _Run:
                 _say(f"warning: {problem.path}: {problem.message}")
             else:
                 errors.append(_file_error(problem))
-        explicit = {Path(p).resolve() for p in self.opts.paths if Path(p).is_file()}
+        named = [Path(p).resolve() for p in self.opts.paths]
         kept: list[Path] = []
         for f in files:
             path = Path(f)
-            named = path.resolve() in explicit
-            if named and not self.opts.force_exclude:
-                kept.append(path)
+            resolved = path.resolve()
+            if resolved in named:  # a file named on the command line
+                if not (self.opts.force_exclude and self.resolver.for_path(path).is_excluded(path)):
+                    kept.append(path)
                 continue
-            if not self.resolver.for_path(path).is_excluded(path):
+            # the deepest named folder it was found in: only what lies below it can be excluded
+            below = max((d for d in named if d in resolved.parents), key=lambda d: len(d.parts), default=None)
+            if self.opts.force_exclude:
+                below = None
+            if not self.resolver.for_path(path).is_excluded(path, below=below):
                 kept.append(path)
         return kept, errors
 
@@ -158,11 +163,17 @@ class _Run:
         if self.opts.fix or self.opts.diff:
             fixed, diffs = self.apply_fixes(files, configs, outcomes)
         findings: list[Finding] = []
+        seen: set[tuple] = set()
         failing = 0
         for f in files:
             outcome = outcomes[f]
             errors.extend(outcome.errors)
             for finding in outcome.findings:
+                # a helper module's event reached from two scripts is one finding, not two
+                key = (finding.code, finding.path, finding.line, finding.column)
+                if key in seen:
+                    continue
+                seen.add(key)
                 findings.append(finding.with_(path=display_path(finding.path or f)))
                 if finding.severity >= configs[f].fail_on:
                     failing += 1
@@ -330,7 +341,11 @@ class _Run:
 
 
 class _Borrowed:
-    """A context manager around a stream this module must not close (stdout)."""
+    """A context manager around a stream this module must not close (stdout).
+
+    A reader that goes away early (`loopcheck lint . | head`) is not an error: the rest of the
+    report is dropped quietly and the exit code still tells the result.
+    """
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -338,8 +353,22 @@ class _Borrowed:
     def __enter__(self) -> TextIO:
         return self.stream
 
-    def __exit__(self, *exc: object) -> None:
-        self.stream.flush()
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> bool:
+        try:
+            if kind is None:
+                self.stream.flush()
+        except BrokenPipeError:
+            kind = BrokenPipeError
+        if kind is BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.stream.fileno())
+            except (OSError, ValueError):
+                pass
+            finally:
+                os.close(devnull)
+            return True
+        return False
 
 
 def _file_error(e: Any) -> FileError:

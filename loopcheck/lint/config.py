@@ -203,8 +203,11 @@ class Config:
                 best, chosen = _specificity(selector), sev
         return chosen
 
-    def is_excluded(self, path: Path) -> bool:
-        return any(path_matches(path, self.root, pattern) for pattern in self.exclude)
+    def is_excluded(self, path: Path, below: Path | None = None) -> bool:
+        """Whether path is excluded; with `below` (a folder named on the command line), only
+        the part of the path under that folder is matched, so naming an excluded folder
+        explicitly still checks it."""
+        return any(path_matches(path, self.root, pattern, below=below) for pattern in self.exclude)
 
     def fingerprint(self) -> str:
         """A stable digest of everything that changes which findings a file gets."""
@@ -217,26 +220,36 @@ class Config:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def path_matches(path: Path, root: Path, pattern: str) -> bool:
+def path_matches(path: Path, root: Path, pattern: str, *, below: Path | None = None) -> bool:
     """Gitignore-like matching of path against a pattern relative to root.
 
     A pattern without '/' matches any one component (`fixtures`, `*_pb2.py`); a pattern with '/'
     matches the path relative to root or one of its leading folders (`tests/data`, `src/*/gen`).
+    With `below`, components down to that folder are not matched.
     """
     pattern = pattern.strip().removeprefix("./").rstrip("/")
     if not pattern:
         return False
+    root = root.resolve()
     try:
-        rel = path.resolve().relative_to(root.resolve())
+        rel = path.resolve().relative_to(root)
     except ValueError:
         rel = path.resolve()
     parts = rel.parts
+    start = 0
+    if below is not None:
+        try:
+            start = len(below.resolve().relative_to(root).parts)
+        except ValueError:
+            start = 0
+        if rel.is_absolute():
+            start = len(below.resolve().parts)
     if "/" not in pattern:
-        return any(fnmatch.fnmatchcase(part, pattern) for part in parts)
+        return any(fnmatch.fnmatchcase(part, pattern) for part in parts[start:])
     candidates = [pattern]
     if pattern.startswith("**/"):
         candidates.append(pattern[3:])
-    for i in range(1, len(parts) + 1):
+    for i in range(start + 1, len(parts) + 1):
         prefix = "/".join(parts[:i])
         if any(fnmatch.fnmatchcase(prefix, c) for c in candidates):
             return True

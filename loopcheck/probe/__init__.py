@@ -9,24 +9,38 @@ This subpackage is itself callable, so all of these work:
     with probe(model, optimizer): ...
 
     from loopcheck.probe import Probe
+
+torch is imported on first use of the probe, so `loopcheck report` reads run logs without it.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 from typing import Any
 
 from loopcheck.probe.config import ProbeConfig, ProbeUsageError
-from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.probe import Probe, ProbeWarning
 
 __all__ = ["Detector", "Probe", "ProbeConfig", "ProbeUsageError", "ProbeWarning"]
 
+_LAZY = {
+    "Probe": "loopcheck.probe.probe",
+    "ProbeWarning": "loopcheck.probe.probe",
+    "Detector": "loopcheck.probe.detectors.base",
+}
+
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Probe:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from loopcheck.probe.probe import Probe
+
         return Probe(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _LAZY:
+            return getattr(importlib.import_module(_LAZY[name]), name)
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -461,8 +461,11 @@ class Probe:
 
     # Sampling and the end ---------------------------------------------------------------
     def _sample(self, final: bool) -> None:
+        fresh = not final or self.step > self._last_sample or self.step == 0
         self._last_sample = self.step
         self._dispatch("on_sample", self.step, final)
+        if not fresh:
+            return
         metrics: dict[str, Any] = {"step": self.step, "skipped": self.skipped}
         for det in self.detectors:
             if det.enabled:
@@ -491,8 +494,7 @@ class Probe:
     def _finish(self, clean: bool) -> None:
         self._clean_exit = clean
         try:
-            if self.step > self._last_sample or self.step == 0:
-                self._sample(final=True)
+            self._sample(final=True)
             self._dispatch("on_close")
         finally:
             if self._log is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from loopcheck.probe.sink import LOG_VERSION, findings_table
@@ -64,7 +65,7 @@ def render_report(log: Path, png: Path | None = None) -> int:
         records = read_log(Path(log))
         findings, steps, metrics = _summarise(records)
     except LogError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     head = records[0]
     models = ", ".join(f"{m.get('name')} ({m.get('trainable', 0):,} trainable)" for m in head.get("models", []))
@@ -88,7 +89,7 @@ def render_report(log: Path, png: Path | None = None) -> int:
         code = write_png(png, metrics, marks, err)
         if code:
             return code
-        out.print(f"plots written to {png}", highlight=False)
+        out.print(escape(f"plots written to {png}"), highlight=False, soft_wrap=True)
     return 1 if any(f.get("severity") == "error" for f in findings) else 0
 
 
@@ -165,7 +166,7 @@ def write_png(path: Path, metrics: list[dict[str, Any]], marks: Sequence[int], e
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        err.print("[red]error:[/] --png needs matplotlib: pip install 'loopcheck[plot]'", highlight=False)
+        err.print(escape("error: --png needs matplotlib: pip install 'loopcheck[plot]'"), highlight=False, soft_wrap=True)
         return 2
     fig, axes = plt.subplots(len(_SERIES), 1, figsize=(9, 7), sharex=True)
     for ax, (key, title) in zip(axes, _SERIES):
@@ -182,7 +183,7 @@ def write_png(path: Path, metrics: list[dict[str, Any]], marks: Sequence[int], e
     try:
         fig.savefig(path, dpi=110)
     except OSError as exc:
-        err.print(f"[red]error:[/] cannot write {path}: {exc.strerror or exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(f'cannot write {path}: {exc.strerror or exc}')}", highlight=False, soft_wrap=True)
         return 2
     finally:
         plt.close(fig)

@@ -387,8 +387,11 @@ class StopRequest:
         if self.signum is not None:
             raise KeyboardInterrupt
         self.signum = signum
-        print(f"\n{signal.Signals(signum).name}: finishing the current optimizer step, then saving "
-              "last.pt (send it again to stop at once)", file=sys.stderr, flush=True)
+        # os.write, not print: the signal may arrive while the progress bar is writing to
+        # stderr, and a buffered stream must not be re-entered.
+        message = (f"\n{signal.Signals(signum).name}: finishing the current optimizer step, then "
+                   "saving last.pt (send it again to stop at once)\n")
+        os.write(sys.stderr.fileno(), message.encode())
 
 
 class MetricsLog:

@@ -203,3 +203,38 @@ def test_parallel_jobs_give_the_same_report(lint, project):
     assert serial == parallel
     assert serial["summary"]["findings"] == 12 and serial["summary"]["files_checked"] == 12
     assert lint(".", "--jobs", "0").exit_code == 2
+
+
+ENGINE = """\
+def train_one_epoch(model, loader, optimizer, criterion):
+    model.train()
+    for inputs, targets in loader:
+        loss = criterion(model(inputs), targets)
+        loss.backward()
+        optimizer.zero_grad()
+        optimizer.step()
+"""
+
+MAIN = """\
+import torch
+from torch import nn
+
+from engine import train_one_epoch
+
+
+def main(model, loader, epochs):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CrossEntropyLoss()
+    for epoch in range(epochs):
+        train_one_epoch(model, loader, optimizer, criterion)
+"""
+
+
+def test_a_helper_reached_from_two_files_is_reported_once(lint, project):
+    write(project / "engine.py", ENGINE)
+    write(project / "main.py", MAIN)
+    for _ in range(2):  # cold, then from the cache
+        doc = json.loads(lint(".", "-f", "json").stdout)
+        assert [(f["path"], f["code"], f["line"]) for f in doc["findings"]] == [("engine.py", "LC102", 6)]
+    main_only = json.loads(lint("main.py", "-f", "json").stdout)
+    assert [(f["path"], f["line"]) for f in main_only["findings"]] == [("engine.py", 6)]

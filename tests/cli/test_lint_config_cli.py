@@ -72,6 +72,8 @@ def test_exclude_skips_found_files_but_not_named_ones_unless_forced(lint, repo):
     assert found == {"train.py", "scripts/resume.py", "legacy/ckpt.py"}
     named = lint("fixtures/buggy.py", "legacy/amp_setup.py", "-f", "json")
     assert {p for p, _, _ in codes(named)} == {"fixtures/buggy.py", "legacy/amp_setup.py"}
+    # naming an excluded folder checks it; the patterns still apply below the named folder
+    assert {p for p, _, _ in codes(lint("fixtures", "legacy", "-f", "json"))} == {"fixtures/buggy.py", "legacy/ckpt.py"}
     forced = lint("fixtures/buggy.py", "legacy/amp_setup.py", "train.py", "--force-exclude", "-f", "json")
     assert {p for p, _, _ in codes(forced)} == {"train.py"}
     assert json.loads(forced.stdout)["summary"]["files_checked"] == 1

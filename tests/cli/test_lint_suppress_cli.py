@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
-
-from conftest import SOFTMAX_CE, UNSAFE_LOAD, write
+from conftest import UNSAFE_LOAD, write
 from loopcheck.catalog import page
 
 

@@ -134,6 +134,11 @@ def test_per_file_ignores_exclude_and_severity(tmp_path):
     assert config.is_excluded(tmp_path / "build" / "lib" / "train.py")
     assert not config.is_excluded(tmp_path / "tests" / "test_data.py")
     assert not config.is_excluded(tmp_path / "rebuild.py")
+    # a folder named on the command line is checked even when excluded; what is below it is not
+    assert not config.is_excluded(tmp_path / "build" / "lib" / "train.py", below=tmp_path / "build")
+    assert config.is_excluded(tmp_path / "src" / "build" / "x.py", below=tmp_path / "src")
+    assert not config.is_excluded(tmp_path / "tests" / "data" / "x.py", below=tmp_path / "tests" / "data")
+    assert config.is_excluded(tmp_path / "tests" / "data" / "x.py", below=tmp_path / "tests")
     assert config.severity_of("LC702", Severity.WARNING) is Severity.INFO  # the most specific entry
     assert config.severity_of("LC701", Severity.WARNING) is Severity.ERROR
     assert config.severity_of("LC102", Severity.ERROR) is Severity.ERROR

@@ -153,6 +153,21 @@ def test_inference_only_scripts_and_recalibration_and_rollouts_are_clean():
     """)
 
 
+def test_evaluation_function_not_called_in_this_file_is_judged_on_its_own():
+    check(
+        """
+        def score(model, val_loader):
+            # called from another module, which switches modes itself
+            total = 0
+            with torch.no_grad():
+                for x, y in val_loader:
+                    total += (model(x).argmax(1) == y).sum().item()
+            return total
+        """,
+        prelude=TRAIN_ONE_EPOCH,
+    )
+
+
 # --------------------------------------------------------------------------- LC302
 
 

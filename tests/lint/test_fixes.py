@@ -909,6 +909,24 @@ def test_clean_code_is_returned_unchanged():
     assert result.source == clean and result.fixed == []
 
 
+
+def test_tabs_crlf_and_no_final_newline_survive():
+    source = (
+        "import torch\r\n\r\n\r\ndef train(model, loader, optimizer, scheduler):\r\n"
+        "\tfor x, y in loader:\r\n\t\tscheduler.step()\r\n\t\toptimizer.zero_grad()\r\n"
+        "\t\ttorch.nn.functional.mse_loss(model(x), y).backward()\r\n\t\toptimizer.step()\r\n"
+        "\tckpt = torch.load(\"last.pt\")"
+    )
+    expected = (
+        "import torch\r\n\r\n\r\ndef train(model, loader, optimizer, scheduler):\r\n"
+        "\tfor x, y in loader:\r\n\t\toptimizer.zero_grad()\r\n"
+        "\t\ttorch.nn.functional.mse_loss(model(x), y).backward()\r\n\t\toptimizer.step()\r\n"
+        "\t\tscheduler.step()\r\n\tckpt = torch.load(\"last.pt\", weights_only=True)"
+    )
+    result = fix_source(source, PATH, unsafe=True)
+    assert result.source == expected
+    assert sorted(f.code for f in result.fixed) == ["LC201", "LC508"]
+
 def test_a_fix_that_would_not_parse_is_dropped():
     source = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
     broken = {"applicability": "safe", "message": "m", "edits": [

@@ -229,6 +229,53 @@ def test_accumulated_total_back_propagated_under_the_guard_is_fine():
     """)
 
 
+def test_buffer_back_propagated_in_another_method_is_fine():
+    check("""
+        class Learner:
+            def __init__(self, model, opt, k=4):
+                self.model, self.opt, self.k = model, opt, k
+                self.pending = []
+
+            def update(self):
+                torch.stack(self.pending).mean().backward()
+                self.opt.step()
+                self.opt.zero_grad()
+                self.pending = []
+
+            def fit(self, loader, criterion):
+                for x, y in loader:
+                    loss = criterion(self.model(x), y)
+                    self.pending.append(loss)
+                    if len(self.pending) == self.k:
+                        self.update()
+    """)
+
+
+def test_buffer_reset_in_another_method_is_fine_and_a_log_kept_forever_is_not():
+    check("""
+        class Learner:
+            def __init__(self, model, opt, criterion):
+                self.model, self.opt, self.criterion = model, opt, criterion
+                self.window = []
+                self.log = []
+
+            def flush(self):
+                print(torch.stack(self.window).mean().item())
+                self.window = []
+
+            def fit(self, loader):
+                for step, (x, y) in enumerate(loader):
+                    self.opt.zero_grad()
+                    loss = self.criterion(self.model(x), y)
+                    loss.backward()
+                    self.opt.step()
+                    self.window.append(loss)
+                    self.log.append(loss)  # expect: LC601
+                    if step % 100 == 0:
+                        self.flush()
+    """)
+
+
 def test_micro_batch_losses_summed_within_the_iteration_are_fine():
     check("""
         def train(model, loader, opt, criterion):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loopcheck.catalog import catalog, page
-from loopcheck.findings import Finding, Severity
+from loopcheck.findings import Finding
 from loopcheck.lint.output import FileError, Format, Report
 from loopcheck.lint.output import machine, sarif, text
 
@@ -195,7 +195,7 @@ def test_concise_and_statistics(report):
     stats = text.statistics_text(Report([make("LC102", 5, 9, 30, "m"), make("LC102", 9, 9, 30, "m"), make("LC405", 3, 1, 2, "m", fix=FIX)]))
     assert stats.splitlines() == [
         "2  LC102  zero-grad-between-backward-and-step  error",
-        f"1  LC405  {page('LC405').name:<35}  info  1 fixable",
+        f"1  LC405  {page('LC405').name:<35}  info     1 fixable",
     ]
     out = render_text(Report([make("LC102", 5, 9, 30, "m")], files_checked=1), statistics=True)
     assert out.splitlines()[0] == "1  LC102  zero-grad-between-backward-and-step  error"

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.network, pytest.mark.slow]
 pytest.importorskip("pre_commit")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +98,18 @@ def hook_run(tmp_path_factory):
     return try_repo, configured, home
 
 
+def test_the_manifest_is_valid_and_runs_one_lint_process_per_commit():
+    from pre_commit.clientlib import load_manifest
+
+    (hook,) = load_manifest(str(ROOT / ".pre-commit-hooks.yaml"))
+    assert hook["id"] == "loopcheck" and hook["entry"] == "loopcheck lint"
+    assert hook["language"] == "python" and hook["types"] == ["python"]
+    assert hook["pass_filenames"] is True and hook["require_serial"] is True
+    assert hook["args"] == ["--force-exclude"]
+
+
+@pytest.mark.network
+@pytest.mark.slow
 def test_a_buggy_script_fails_the_hook(hook_run):
     try_repo, _, _ = hook_run
     result = try_repo("buggy.py")
@@ -106,6 +117,8 @@ def test_a_buggy_script_fails_the_hook(hook_run):
     assert "buggy.py:9:13: LC102" in result.stdout
 
 
+@pytest.mark.network
+@pytest.mark.slow
 def test_a_clean_script_passes_the_hook(hook_run):
     try_repo, _, _ = hook_run
     result = try_repo("clean.py")
@@ -113,6 +126,8 @@ def test_a_clean_script_passes_the_hook(hook_run):
     assert "Passed" in result.stdout
 
 
+@pytest.mark.network
+@pytest.mark.slow
 def test_the_hook_environment_has_no_torch(hook_run):
     _, configured, home = hook_run
     result = configured("clean.py")

@@ -50,10 +50,11 @@ class Net(nn.Module):
 class Batches:
     """An endless stream of (x, y) batches of a fixed synthetic classification task."""
 
-    def __init__(self, n: int = 512, batch: int = 32, seed: int = 0) -> None:
+    def __init__(self, n: int = 512, batch: int = 32, seed: int = 0, split: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
+        w = torch.randn(16, 4, generator=g)  # the task: the same for every split of a seed
+        g.manual_seed(seed * 1000 + split + 1)
         self.x = torch.randn(n, 16, generator=g)
-        w = torch.randn(16, 4, generator=g)
         self.y = (self.x @ w).argmax(1)
         self.batch = batch
         self.n = n

@@ -23,7 +23,7 @@ def test_loss_times_1e4_on_one_step_is_a_loss_and_gradient_spike(net, batches):
     assert codes(probe) == {"LP101", "LP501"}
     spike = {f.code: f for f in probe.findings}
     assert spike["LP501"].step == spike["LP101"].step == 61
-    assert spike["LP101"].count == 1
+    assert spike["LP101"].count >= 1  # the steps right after a huge update may spike as well: counted, not repeated
     assert "head" in spike["LP101"].message  # the largest layer norms are named
 
 

@@ -42,13 +42,9 @@ class FixResult:
     fixed: list[Finding] = field(default_factory=list)  # findings whose fix was applied
     remaining: list[Finding] = field(default_factory=list)  # findings of the final source
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.fixed)
-
 
 def applicability(code: str) -> str:
-    """"safe", "unsafe" or "none", from the rule page's front block."""
+    """A code's fix kind, "safe", "unsafe" or "none", from its rule page's front block."""
     return page(code).fix if code in FIXERS else "none"
 
 
@@ -67,9 +63,12 @@ def describe_fix(finding: Finding, ctx: "FileContext") -> dict | None:
     """The fix of a finding as `{"applicability", "message", "edits"}`, or None when the code
     has no fixer or this occurrence cannot be fixed without guessing."""
     kind = applicability(finding.code)
-    if kind == "none" or finding.path not in (None, ctx.path) or ctx.module.code != ctx.source:
+    if kind == "none" or finding.path not in (None, ctx.path):
         return None
-    change = FIXERS[finding.code](_index(ctx), finding)
+    index = _index(ctx)
+    if not index.renders_source:
+        return None
+    change = FIXERS[finding.code](index, finding)
     if change is None:
         return None
     edits = edits_between(ctx.source, change.module.code)

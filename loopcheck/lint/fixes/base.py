@@ -75,6 +75,11 @@ class SourceIndex:
         self._spans: dict[cst.CSTNode, tuple[int, int, int, int]] = {}
 
     @cached_property
+    def renders_source(self) -> bool:
+        """Whether the module renders back to exactly the source (edits are positions in it)."""
+        return self.module.code == self.ctx.source
+
+    @cached_property
     def scopes(self) -> dict:
         return dict(MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ScopeProvider))
 

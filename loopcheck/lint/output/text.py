@@ -62,7 +62,9 @@ def _snippet(f: Finding, lines: list[str]) -> Text | None:
 
 def full(report: Report, out: Console, source_lines: SourceLines, *, statistics: bool = False) -> None:
     if statistics:
-        out.print(statistics_text(report), end="")
+        table = statistics_text(report)
+        if table:
+            out.print(table)
     else:
         for f in report.findings:
             head = Text()
@@ -117,7 +119,8 @@ def statistics_text(report: Report) -> str:
     lines = []
     for r in rows:
         fixable = f"  {r['fixable']} fixable" if r["fixable"] else ""
-        lines.append(f"{r['count']:>{count_w}}  {r['code']:<6} {r['name']:<{name_w}}  {r['severity']}{fixable}")
+        row = f"{r['count']:>{count_w}}  {r['code']:<6} {r['name']:<{name_w}}  {r['severity']:<7}{fixable}"
+        lines.append(row.rstrip())
     return "\n".join(lines) + "\n"
 
 
@@ -126,6 +129,5 @@ def error_lines(report: Report) -> str:
     out = []
     for e in report.errors:
         where = f"{e.path}:{e.line}" if e.line else e.path
-        code = f"{e.code} " if e.code else ""
-        out.append(f"{where}: error: {code}{e.message}\n")
+        out.append(f"{where}: error: {e.message}\n")
     return "".join(out)

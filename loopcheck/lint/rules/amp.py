@@ -15,226 +15,58 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from loopcheck.findings import Finding
-from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, Role
+from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
 from loopcheck.lint.positions import node_span
+from loopcheck.lint.rules._shared import Trace, dotted, import_map, iteration_loop
 from loopcheck.lint.rules.base import FileContext, Rule
 
 K = EventKind
 
+_SCALER_KINDS = frozenset({K.SCALER_SCALE, K.SCALER_STEP, K.SCALER_UPDATE, K.UNSCALE})
+_OPAQUE: "WeakKeyDictionary[Trace, list[int]]" = WeakKeyDictionary()
 
-# --- shared helpers (the checkpoint family uses them too) --------------------------------------
 
-
-def dotted(expr: cst.CSTNode | None) -> str | None:
-    """`a.b.c` for a Name / Attribute chain, else None."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        head = dotted(expr.value)
-        return f"{head}.{expr.attr.value}" if head else None
+def _next_scaler_optimizer(trace: Trace, i: int, scaler: str) -> str | None:
+    for e in trace.after(i):
+        if e.kind in (K.SCALER_STEP, K.UNSCALE) and e.target in (None, scaler):
+            opt = e.detail.get("optimizer")
+            if isinstance(opt, str):
+                return opt
     return None
 
 
-def import_map(module: cst.Module) -> dict[str, str]:
-    """Local name -> dotted origin for every import of the module (`th` -> `torch`,
-    `autocast` -> `torch.cuda.amp.autocast`). Relative imports are left out."""
-    names: dict[str, str] = {}
-    for stmt in _imports(module):
-        if isinstance(stmt, cst.Import):
-            for alias in stmt.names:
-                full = dotted(alias.name)
-                if full is None:
-                    continue
-                if alias.asname is not None:
-                    names[alias.evaluated_alias or full] = full
-                else:
-                    head = full.split(".")[0]
-                    names.setdefault(head, head)
-        elif not stmt.relative and stmt.module is not None and not isinstance(stmt.names, cst.ImportStar):
-            module_name = dotted(stmt.module)
-            if module_name is None:
-                continue
-            for alias in stmt.names:
-                names[alias.evaluated_alias or alias.evaluated_name] = f"{module_name}.{alias.evaluated_name}"
-    return names
+def _opaque_scaler_calls(trace: Trace) -> list[int]:
+    """Lines of this file's calls that hand a scaler to a function the model did not follow:
+    a library helper may unscale or update inside, so nothing is said around them."""
+    lines = _OPAQUE.get(trace)
+    if lines is not None:
+        return lines
+    followed = {(site.path, site.line) for e in trace.events for site in e.via}
+    scalers = set(trace.model.names(Role.SCALER)) | {
+        e.target for e in trace.events if e.kind in _SCALER_KINDS and e.target
+    }
+    found: list[int] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            func = dotted(node.func) or ""
+            if func in scalers or func.rsplit(".", 1)[0] in scalers:
+                return
+            if any(dotted(a.value) in scalers for a in node.args):
+                line = node_span(trace.module, node)[0]
+                if (trace.path, line) not in followed:
+                    found.append(line)
+
+    trace.module.visit(_Calls())
+    _OPAQUE[trace] = found
+    return found
 
 
-def _imports(module: cst.Module) -> Iterator[cst.Import | cst.ImportFrom]:
-    found: list[cst.Import | cst.ImportFrom] = []
-
-    class _Collect(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> bool:
-            found.append(node)
-            return False
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            found.append(node)
-            return False
-
-    module.visit(_Collect())
-    return iter(found)
-
-
-def resolve_call(names: dict[str, str], func: cst.BaseExpression) -> str | None:
-    """The dotted origin of a callee through the module's imports (`th.load` -> `torch.load`)."""
-    text = dotted(func)
-    if text is None:
-        return None
-    head, _, rest = text.partition(".")
-    full = names.get(head, head)
-    return f"{full}.{rest}" if rest else full
-
-
-def _guard_key(text: str, negated: bool) -> tuple[str, bool]:
-    """A condition's text and polarity with `not x`, `x is None`, `x is not None` normalised,
-    so `if not amp:` and the `else` of `if amp:` are recognised as the same branch."""
-    text = " ".join(text.split())
-    while text.startswith("(") and text.endswith(")"):
-        text = text[1:-1].strip()
-    if text.startswith("not "):
-        return _guard_key(text[4:], not negated)
-    if text.endswith(" is not None"):
-        return text[: -len(" is not None")].strip(), negated
-    if text.endswith(" is None"):
-        return text[: -len(" is None")].strip(), not negated
-    return text, negated
-
-
-_TRACES: "WeakKeyDictionary[FileContext, Trace]" = WeakKeyDictionary()
-_SCALER_KINDS = frozenset({K.SCALER_SCALE, K.SCALER_STEP, K.SCALER_UPDATE, K.UNSCALE})
-
-
-class Trace:
-    """The model's events in trace order, grouped into units: one top-level loop, or one entry
-    function for the events outside any loop. Walking before/after an event stays in its unit
-    and skips the events that cannot be on the same path (the opposite branch of a condition)."""
-
-    def __init__(self, ctx: FileContext) -> None:
-        # no reference to ctx itself: traces are cached per ctx in a weak-keyed dict
-        self.path = ctx.path
-        self.module = ctx.module
-        self.events: list[Event] = list(ctx.model.events)
-        self._scalers = set(ctx.model.names(Role.SCALER)) | {
-            e.target for e in self.events if e.kind in _SCALER_KINDS and e.target
-        }
-        self._opaque: list[int] | None = None
-        self._functions: list[tuple[int, int]] | None = None
-        self.units = [self._unit(e) for e in self.events]
-
-    @classmethod
-    def of(cls, ctx: FileContext) -> "Trace":
-        trace = _TRACES.get(ctx)
-        if trace is None:
-            trace = _TRACES[ctx] = cls(ctx)
-        return trace
-
-    def _unit(self, event: Event) -> tuple:
-        if event.loop is not None:
-            root = event.loop
-            while root.parent is not None:
-                root = root.parent
-            return ("loop", id(root))
-        path, line = (event.via[0].path, event.via[0].line) if event.via else (event.path, event.line)
-        if path != self.path:
-            return ("file", path)
-        return ("function", self._function_at(line))
-
-    def _function_at(self, line: int) -> int:
-        """Start line of the outermost function around `line` (0: module level)."""
-        if self._functions is None:
-            spans: list[tuple[int, int]] = []
-
-            class _Defs(cst.CSTVisitor):
-                def visit_FunctionDef(inner, node: cst.FunctionDef) -> bool:
-                    line, _, end_line, _ = node_span(module, node)
-                    spans.append((line, end_line))
-                    return False
-
-            module = self.module
-            module.visit(_Defs())
-            self._functions = spans
-        for start, end in self._functions:
-            if start <= line <= end:
-                return start
-        return 0
-
-    @staticmethod
-    def exclusive(a: Event, b: Event) -> bool:
-        """True when a and b sit on opposite branches of one condition (never on one path)."""
-        keys = {_guard_key(g.text, g.negated) for g in a.guards}
-        for g in b.guards:
-            text, negated = _guard_key(g.text, g.negated)
-            if (text, not negated) in keys:
-                return True
+def _opaque_between(trace: Trace, first: Event, last: Event) -> bool:
+    """An opaque scaler call between two events written in this file."""
+    if first.path != trace.path or last.path != trace.path:
         return False
-
-    def unit_events(self, i: int) -> list[Event]:
-        unit = self.units[i]
-        return [e for e, u in zip(self.events, self.units) if u == unit]
-
-    def before(self, i: int) -> Iterator[Event]:
-        """Events of i's unit that may precede it on one path, nearest first."""
-        here, unit = self.events[i], self.units[i]
-        for j in range(i - 1, -1, -1):
-            if self.units[j] != unit:
-                break
-            if not self.exclusive(self.events[j], here):
-                yield self.events[j]
-
-    def after(self, i: int) -> Iterator[Event]:
-        """Events of i's unit that may follow it on one path, nearest first."""
-        here, unit = self.events[i], self.units[i]
-        for j in range(i + 1, len(self.events)):
-            if self.units[j] != unit:
-                break
-            if not self.exclusive(self.events[j], here):
-                yield self.events[j]
-
-    def next_scaler_optimizer(self, i: int, scaler: str) -> str | None:
-        for e in self.after(i):
-            if e.kind in (K.SCALER_STEP, K.UNSCALE) and e.target in (None, scaler):
-                opt = e.detail.get("optimizer")
-                if isinstance(opt, str):
-                    return opt
-        return None
-
-    def opaque_scaler_calls(self) -> list[int]:
-        """Lines of this file's calls that hand a scaler to a function the model did not follow:
-        a library helper may unscale or update inside, so nothing is said around them."""
-        if self._opaque is None:
-            followed = {(site.path, site.line) for e in self.events for site in e.via}
-            scalers = self._scalers
-            lines: list[int] = []
-
-            class _Calls(cst.CSTVisitor):
-                def visit_Call(inner, node: cst.Call) -> None:
-                    func = dotted(node.func) or ""
-                    if func in scalers or func.rsplit(".", 1)[0] in scalers:
-                        return
-                    if any(dotted(a.value) in scalers for a in node.args):
-                        line = node_span(self.module, node)[0]
-                        if (self.path, line) not in followed:
-                            lines.append(line)
-
-            self.module.visit(_Calls())
-            self._opaque = lines
-        return self._opaque
-
-    def opaque_between(self, first: Event, last: Event) -> bool:
-        """An opaque scaler call between two events written in this file."""
-        if first.path != self.path or last.path != self.path:
-            return False
-        return any(first.line <= line <= last.line for line in self.opaque_scaler_calls())
-
-    @staticmethod
-    def remember(seen: set[tuple], event: Event) -> bool:
-        """False when a finding was already made at this event's position (an inlined helper
-        reached from two call sites)."""
-        key = (event.path, event.line, event.column)
-        if key in seen:
-            return False
-        seen.add(key)
-        return True
+    return any(first.line <= line <= last.line for line in _opaque_scaler_calls(trace))
 
 
 def _scaled(event: Event) -> bool | None:
@@ -268,10 +100,10 @@ class ClipBeforeUnscale(Rule):
                 if prev.kind is K.BACKWARD and _scaled(prev):
                     scaled = prev
                     break
-            if scaled is None or trace.opaque_between(scaled, clip) or not trace.remember(seen, clip):
+            if scaled is None or _opaque_between(trace, scaled, clip) or not trace.remember(seen, clip):
                 continue
             scaler = scaled.detail.get("scaler") or "scaler"
-            opt = trace.next_scaler_optimizer(i, scaler) or "optimizer"
+            opt = _next_scaler_optimizer(trace, i, scaler) or "optimizer"
             fn = clip.detail.get("fn") or "clip_grad_norm_"
             yield self.finding(
                 ctx,
@@ -331,7 +163,7 @@ class ScalerUpdateMissing(Rule):
         for step in trace.events:
             if step.kind is not K.SCALER_STEP or step.loop is None:
                 continue
-            loop = _iteration_loop(step.loop)
+            loop = iteration_loop(step.loop)
             scaler = step.target
             inside = {id(l) for l in loop.walk()}
             if any(
@@ -352,23 +184,12 @@ class ScalerUpdateMissing(Rule):
             )
 
 
-def _iteration_loop(loop: Loop) -> Loop:
-    """The loop whose iteration is one training step: the batch loop around `loop` (a small
-    `for opt in optimizers:` loop inside it does not count), else `loop` itself."""
-    here: Loop | None = loop
-    while here is not None:
-        if here.kind is LoopKind.BATCH:
-            return here
-        here = here.parent
-    return loop
-
-
 def _opaque_in(trace: Trace, loop: Loop) -> bool:
     """Whether the loop hands its scaler to a function the model did not follow."""
     if loop.path != trace.path:
         return False
     line, _, end_line, _ = node_span(trace.module, loop.node)
-    return any(line <= at <= end_line for at in trace.opaque_scaler_calls())
+    return any(line <= at <= end_line for at in _opaque_scaler_calls(trace))
 
 
 def _has_update(trace: Trace, scaler: str | None) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator
 from weakref import WeakKeyDictionary
 
@@ -20,7 +19,18 @@ import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
-from loopcheck.lint.rules.amp import Trace, dotted, import_map, resolve_call
+from loopcheck.lint.positions import node_span
+from loopcheck.lint.rules._shared import (
+    Trace,
+    code_of,
+    dotted,
+    enclosing,
+    import_map,
+    module_of,
+    nodes_of,
+    parents,
+    resolve_call,
+)
 from loopcheck.lint.rules.base import FileContext, Rule
 
 K = EventKind
@@ -267,7 +277,7 @@ def _assigns_attribute(module: cst.Module, attr: str) -> bool:
 def _first_arg_text(call: cst.Call | None) -> str:
     if call is None or not call.args:
         return ""
-    return cst.Module([]).code_for_node(call.args[0].value)
+    return code_of(call.args[0].value)
 
 
 def _describe(saved: Saved) -> str:
@@ -544,26 +554,11 @@ def _resolve_value(text: str, event: Event, ctx: FileContext) -> str:
     return text
 
 
-def _module_of(path: str, ctx: FileContext) -> cst.Module | None:
-    if path == ctx.path:
-        return ctx.module
-    from loopcheck.lint.project import parse_path
-
-    parsed = parse_path(Path(path))
-    return parsed.module if parsed is not None else None
-
-
-def _node_span(module: cst.Module, node: cst.CSTNode) -> tuple[int, int, int, int]:
-    from loopcheck.lint.positions import node_span
-
-    return node_span(module, node)
-
-
 def _argument_for(param: str, site: CallSite, path: str, line: int, ctx: FileContext) -> str | None:
     """The source of the argument the call at `site` passes for parameter `param` of the function
     it calls (the one in `path` around `line`)."""
-    callee_module = _module_of(path, ctx)
-    caller_module = _module_of(site.path, ctx)
+    callee_module = module_of(path, ctx)
+    caller_module = module_of(site.path, ctx)
     if callee_module is None or caller_module is None:
         return None
     short = site.callee.split(".")[-1]
@@ -571,7 +566,7 @@ def _argument_for(param: str, site: CallSite, path: str, line: int, ctx: FileCon
     for node in _functions(callee_module):
         if node.name.value != short:
             continue
-        start, _, end, _ = _node_span(callee_module, node)
+        start, _, end, _ = node_span(callee_module, node)
         if start <= line <= end:
             func = node
             break
@@ -581,9 +576,9 @@ def _argument_for(param: str, site: CallSite, path: str, line: int, ctx: FileCon
     if params and params[0] in ("self", "cls"):
         params = params[1:]
     call = None
-    for node in _calls(caller_module):
+    for node in nodes_of(caller_module, cst.Call):
         name = dotted(node.func) or ""
-        if name.split(".")[-1] == short and _node_span(caller_module, node)[0] == site.line:
+        if name.split(".")[-1] == short and node_span(caller_module, node)[0] == site.line:
             call = node
             break
     if call is None or any(a.star for a in call.args):
@@ -598,31 +593,7 @@ def _argument_for(param: str, site: CallSite, path: str, line: int, ctx: FileCon
 
 
 def _functions(module: cst.Module) -> list[cst.FunctionDef]:
-    return _nodes(module, cst.FunctionDef)
-
-
-def _nodes(module: cst.Module, kind: type) -> list:
-    found: list = []
-
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, kind):
-                found.append(node)
-            return True
-
-    module.visit(_Find())
-    return found
-
-
-def _calls(module: cst.Module) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(node)
-
-    module.visit(_Calls())
-    return found
+    return nodes_of(module, cst.FunctionDef)
 
 
 def _enclosing(ctx: FileContext, node: cst.CSTNode, kind: type) -> cst.CSTNode:
@@ -630,7 +601,7 @@ def _enclosing(ctx: FileContext, node: cst.CSTNode, kind: type) -> cst.CSTNode:
     line = ctx.span(node).line
     best: cst.CSTNode = ctx.module
     best_start = 0
-    for outer in _nodes(ctx.module, kind):
+    for outer in nodes_of(ctx.module, kind):
         span = ctx.span(outer)
         if span.line <= line <= span.end_line and span.line > best_start:
             best, best_start = outer, span.line
@@ -781,3 +752,422 @@ def _loaded_names(scope: cst.CSTNode) -> set[str]:
 
     scope.visit(_Loads())
     return names
+
+
+# --- LC510 -------------------------------------------------------------------------------------
+
+_RESTORABLE = (OPTIMIZER, SCHEDULER, SCALER, PROGRESS)  # the states LC510 checks, in message order
+_RESUME_TEXT = re.compile(r"resum|restor|\blast|_last|last_|latest", re.I)
+_RESUME_FUNCTION = re.compile(r"resum|restor|checkpoint|ckpt|snapshot|load_state|latest|\blast|_last", re.I)
+_NOT_RESUME = re.compile(
+    r"pretrain|finetun|fine_tun|init_from|teacher|backbone|best|export|infer|predict|deploy|eval|test|warm_?start",
+    re.I,
+)
+# callees that only look at a checkpoint (`print(ckpt.keys())` is a read we cannot follow, this is not)
+_LOOKS_ONLY = frozenset({"print", "len", "isinstance", "type", "str", "repr", "bool", "id", "hasattr", "format"})
+_LOGGERS = re.compile(r"^(self\.)?(log|logger|logging|_logger|LOGGER)\.")
+_MAX_FOLLOW = 3  # helper calls followed from the load
+
+
+@dataclass
+class Restore:
+    """What a resume reads back from one `torch.load(...)`."""
+
+    event: Event
+    keys: set[str] = field(default_factory=set)  # literal keys read: `ckpt["optimizer"]`, `ckpt.get("epoch")`
+    objects: set[str] = field(default_factory=set)  # `opt.load_state_dict(torch.load(...))`: the whole file
+    unknown: bool = False  # read in a way not followed (a key in a variable, an unknown callee, ...)
+    bound: str | None = None  # the name the checkpoint is bound to, for the message
+
+
+class _Reader:
+    """Follows a loaded checkpoint through names, returns and helper calls, and records the keys
+    read from it. Anything it cannot follow makes the result unknown: then every state may be
+    restored and nothing is said."""
+
+    def __init__(self, ctx: FileContext, restore: Restore, state_loads: dict[int, str | None]) -> None:
+        self.ctx = ctx
+        self.restore = restore
+        self.state_loads = state_loads  # id(load_state_dict call) -> canonical receiver
+        self._seen: set[tuple[int, int, str]] = set()
+
+    def run(self) -> None:
+        event = self.restore.event
+        module = module_of(event.path, self.ctx)
+        if module is None or id(event.node) not in parents(module):
+            self.restore.unknown = True
+            return
+        callers = [self._call_at(site) for site in event.via]
+        self.value(event.path, module, event.node, callers, 0)
+
+    # where a value goes --------------------------------------------------------------------
+
+    def value(self, path: str, module: cst.Module, node: cst.CSTNode, callers: list, depth: int) -> None:
+        up = parents(module)
+        parent = up.get(id(node))
+        restore = self.restore
+        if isinstance(parent, cst.Subscript) and parent.value is node:
+            key = _literal_index(parent)
+            if key is None:
+                restore.unknown = True  # `ckpt[k]`: a loop over keys restores whatever it names
+            else:
+                restore.keys.add(key)
+        elif isinstance(parent, cst.Attribute) and parent.value is node:
+            call = up.get(id(parent))
+            key = None
+            if parent.attr.value in ("get", "pop") and isinstance(call, cst.Call) and call.func is parent and call.args:
+                key = _string(call.args[0].value)
+            if key is None:
+                restore.unknown = True
+            else:
+                restore.keys.add(key)
+        elif isinstance(parent, cst.Arg) and parent.value is node:
+            call = up.get(id(parent))
+            if isinstance(call, cst.Call):
+                self.argument(path, module, call, parent, callers, depth)
+            else:
+                restore.unknown = True
+        elif isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
+            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+            if len(targets) == 1 and isinstance(targets[0], cst.Name):
+                name = targets[0].value
+                restore.bound = restore.bound or name
+                scope = enclosing(module, parent, cst.FunctionDef) or module
+                self.name(path, module, scope, name, callers, depth)
+            else:
+                restore.unknown = True  # `self.ckpt = ...`, tuple targets
+        elif isinstance(parent, cst.Return):
+            if not callers or callers[-1] is None:
+                restore.unknown = True
+            else:
+                caller_path, caller_module, call = callers[-1]
+                self.value(caller_path, caller_module, call, callers[:-1], depth)
+        elif isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.If, cst.While, cst.IfExp,
+                                 cst.BooleanOperation, cst.UnaryOperation, cst.Del, cst.FormattedStringExpression)):
+            return  # `"scheduler" in ckpt`, `if ckpt is None:`, `del ckpt`: no state is read
+        else:
+            restore.unknown = True
+
+    def name(self, path: str, module: cst.Module, scope: cst.CSTNode, name: str, callers: list, depth: int) -> None:
+        key = (id(module), id(scope), name)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        up = parents(module)
+        for node in nodes_of(scope, cst.Name):
+            if node.value != name or _binds_or_labels(node, up.get(id(node))):
+                continue
+            self.value(path, module, node, callers, depth)
+            if self.restore.unknown:
+                return
+
+    def argument(self, path: str, module: cst.Module, call: cst.Call, arg: cst.Arg, callers: list, depth: int) -> None:
+        restore = self.restore
+        func = dotted(call.func) or ""
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "load_state_dict":
+            restore.objects.add(self.state_loads.get(id(call)) or dotted(call.func.value) or "")
+            return
+        if func in _LOOKS_ONLY or _LOGGERS.match(func):
+            return
+        target = None if depth >= _MAX_FOLLOW or arg.star else self._callee(path, module, call)
+        if target is None:
+            restore.unknown = True
+            return
+        callee_path, callee_module, fdef, bound = target
+        param = _parameter_for(fdef, call, arg, bound)
+        if param is None:
+            restore.unknown = True
+            return
+        frames = [*callers, (path, module, call)]
+        self.name(callee_path, callee_module, fdef, param, frames, depth + 1)
+
+    # resolving calls -----------------------------------------------------------------------
+
+    def _callee(self, path: str, module: cst.Module, call: cst.Call):
+        """(path, module, function, bound) of a call to a function or method of this project."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and dotted(func.value) == "self":
+            cls = enclosing(module, call, cst.ClassDef)
+            if isinstance(cls, cst.ClassDef):
+                method = _method(cls, func.attr.value)
+                if method is not None:
+                    return path, module, method, True
+            return None
+        if not isinstance(func, cst.Name):
+            return None
+        for node in module.body:
+            if isinstance(node, cst.FunctionDef) and node.name.value == func.value:
+                return path, module, node, False
+            if isinstance(node, cst.ClassDef) and node.name.value == func.value:
+                init = _method(node, "__init__")
+                return (path, module, init, True) if init is not None else None
+        return self._imported(path, module, func.value)
+
+    def _imported(self, path: str, module: cst.Module, name: str):
+        project = self.ctx.project
+        if project is None or not hasattr(project, "load"):
+            return None
+        for stmt in nodes_of(module, cst.ImportFrom):
+            if isinstance(stmt.names, cst.ImportStar):
+                continue
+            for alias in stmt.names:
+                if (alias.evaluated_alias or alias.evaluated_name) != name:
+                    continue
+                source = dotted(stmt.module) if stmt.module is not None else ""
+                try:
+                    parsed = project.load(path, source or "", len(stmt.relative))
+                except (OSError, ValueError, RecursionError):
+                    return None
+                if parsed is None:
+                    return None
+                for node in parsed.module.body:
+                    if isinstance(node, cst.FunctionDef) and node.name.value == alias.evaluated_name:
+                        return parsed.path, parsed.module, node, False
+                return None
+        return None
+
+    def _call_at(self, site: CallSite):
+        """(path, module, call) of the call an inlined chain went through, or None."""
+        module = module_of(site.path, self.ctx)
+        if module is None:
+            return None
+        short = site.callee.split(".")[-1]
+        for call in nodes_of(module, cst.Call):
+            if (dotted(call.func) or "").split(".")[-1] == short and node_span(module, call)[0] == site.line:
+                return site.path, module, call
+        return None
+
+
+def _string(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _literal_index(sub: cst.Subscript) -> str | None:
+    if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+        return _string(sub.slice[0].slice.value)
+    return None
+
+
+def _binds_or_labels(node: cst.Name, parent: cst.CSTNode | None) -> bool:
+    """A Name that is not a use of the variable: an assignment target, an attribute's or a
+    keyword's label, a parameter, an import."""
+    if isinstance(parent, (cst.AssignTarget, cst.Param, cst.AsName, cst.ImportAlias, cst.NameItem)):
+        return True
+    if isinstance(parent, cst.Attribute) and parent.attr is node:
+        return True
+    if isinstance(parent, cst.Arg) and parent.keyword is node:
+        return True
+    if isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is node:
+        return True
+    if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is node:
+        return True
+    return isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is node
+
+
+def _method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    for stmt in cls.body.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
+            return stmt
+    return None
+
+
+def _parameter_for(fdef: cst.FunctionDef, call: cst.Call, arg: cst.Arg, bound: bool) -> str | None:
+    """The parameter of `fdef` that `arg` of `call` binds."""
+    positional = [p.name.value for p in (*fdef.params.posonly_params, *fdef.params.params)]
+    if bound and positional:
+        positional = positional[1:]
+    if arg.keyword is not None:
+        names = positional + [p.name.value for p in fdef.params.kwonly_params]
+        return arg.keyword.value if arg.keyword.value in names else None
+    index = [a for a in call.args if a.keyword is None].index(arg)
+    return positional[index] if index < len(positional) else None
+
+
+def _scheduler_set_by_hand(module: cst.Module) -> bool:
+    """`scheduler.last_epoch = ...` or `StepLR(..., last_epoch=start - 1)`: the schedule's
+    position is restored without its state dict."""
+    if _assigns_attribute(module, "last_epoch"):
+        return True
+    return any(
+        a.keyword is not None and a.keyword.value == "last_epoch" and dotted(a.value) != "-1"
+        for call in nodes_of(module, cst.Call)
+        for a in call.args
+    )
+
+
+class ResumeStateNotRestored(Rule):
+    code = "LC510"
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        facts = Facts.of(ctx)
+        checkpoints = list(facts.training_checkpoints())
+        if not checkpoints:
+            return
+        trace = Trace.of(ctx)
+        state_loads = {
+            id(e.node): e.target for e in trace.events if e.kind is K.LOAD and e.detail.get("fn") == "load_state_dict"
+        }
+        saved_keys = _saved_key_items(checkpoints, facts.model)
+        groups: dict[tuple, list[Restore]] = {}
+        seen: set[tuple] = set()
+        for e in trace.events:
+            if e.kind is not K.LOAD or e.detail.get("fn") != "torch.load" or not Trace.remember(seen, e):
+                continue
+            where = _frame(e, trace)
+            if where is None:
+                continue
+            restore = Restore(e)
+            _Reader(ctx, restore, state_loads).run()
+            groups.setdefault(where[0], []).append(restore)
+        for frame, restores in groups.items():
+            if any(r.unknown for r in restores):
+                continue
+            own = [_restored_items(r, saved_keys, facts.model) for r in restores]
+            restored = set().union(*own)
+            if SCHEDULER not in restored and _scheduler_set_by_hand(ctx.module):
+                restored.add(SCHEDULER)
+            resume = next(
+                (r for r, items in zip(restores, own) if self._resumes(r, items, checkpoints, trace, ctx)), None
+            )
+            if resume is None:
+                continue
+            saved, keys = _expected(resume, checkpoints, ctx)
+            missing = [item for item in _RESTORABLE if item in saved and item not in restored]
+            if missing:
+                yield self.finding(ctx, resume.event, _message(resume, missing, keys, facts.model))
+
+    @staticmethod
+    def _resumes(restore: Restore, restored: set[str], checkpoints: list[Saved], trace: Trace, ctx: FileContext) -> bool:
+        """Whether this load resumes training (and is not a load of pretrained or final weights)."""
+        event = restore.event
+        if _after_training(event, trace):
+            return False
+        if restored & _TRAINING_STATE:
+            return True  # it reads optimizer / scheduler / scaler / progress / RNG state back
+        path_text = event.detail.get("path_text") or ""
+        functions = _function_names(event, ctx)
+        if any(_NOT_RESUME.search(t) for t in [path_text, *functions]):
+            return False
+        if _RESUME_TEXT.search(path_text) or any(_RESUME_TEXT.search(g.text) for g in event.guards):
+            return True
+        if any(_RESUME_FUNCTION.search(f) for f in functions):
+            return True
+        # `if os.path.exists(ckpt_path): ckpt = torch.load(ckpt_path)` before the loop that saves there
+        here = _frame(event, trace)
+        load_path = _resolve_value(path_text, event, ctx)
+        for saved in checkpoints:
+            there = _frame(saved.event, trace)
+            if there is None or here is None or there[0] != here[0] or there[1] <= here[1]:
+                continue
+            if load_path and _resolve_value(saved.path_text, saved.event, ctx) == load_path:
+                return True
+        return False
+
+
+def _frame(event: Event, trace: Trace) -> tuple[tuple[str, int], int] | None:
+    """((file, start line of the outermost function), line in it) of an event of this file's
+    entry functions: inlined events are placed at the call that reached them."""
+    path, line = (event.via[0].path, event.via[0].line) if event.via else (event.path, event.line)
+    if path != trace.path:
+        return None
+    return (path, trace.function_at(line)), line
+
+
+def _after_training(event: Event, trace: Trace) -> bool:
+    """A load that follows an optimizer step in its function: final weights loaded for testing."""
+    here = _frame(event, trace)
+    if here is None:
+        return False
+    for e in trace.events:
+        if e.kind in (K.STEP, K.SCALER_STEP):
+            there = _frame(e, trace)
+            if there is not None and there[0] == here[0] and there[1] < here[1]:
+                return True
+    return False
+
+
+def _function_names(event: Event, ctx: FileContext) -> list[str]:
+    """The functions the load sits in: its own and those of the call chain that reached it."""
+    names = [site.callee.split(".")[-1] for site in event.via]
+    module = module_of(event.path, ctx)
+    if module is not None and id(event.node) in parents(module):
+        func = enclosing(module, event.node, cst.FunctionDef)
+        if isinstance(func, cst.FunctionDef):
+            names.append(func.name.value)
+    return names
+
+
+def _saved_key_items(checkpoints: list[Saved], model: ModuleModel) -> dict[str, set[str]]:
+    """What each key of the saved checkpoints holds, by meaning (a nested dict holds several)."""
+    found: dict[str, set[str]] = {}
+    for saved in checkpoints:
+        for key, value in (saved.event.detail.get("values") or {}).items():
+            items = found.setdefault(str(key), set())
+            item = _key_item(str(key), str(value))
+            if item:
+                items.add(item)
+            items |= _text_items(str(value), model)
+    return found
+
+
+def _restored_items(restore: Restore, saved_keys: dict[str, set[str]], model: ModuleModel) -> set[str]:
+    items: set[str] = set()
+    for key in restore.keys:
+        if key in saved_keys and saved_keys[key]:
+            items |= saved_keys[key]
+        else:
+            item = _key_item(key, "")
+            if item:
+                items.add(item)
+    for name in restore.objects:
+        item = _object_item(name, model) if name else None
+        if item:
+            items.add(item)
+    return items
+
+
+def _expected(restore: Restore, checkpoints: list[Saved], ctx: FileContext) -> tuple[set[str], dict[str, str]]:
+    """The states the resumed checkpoint holds (those of the save writing the same path, else
+    those every training checkpoint of the file holds), and the key each is stored under."""
+    load_path = _resolve_value(restore.event.detail.get("path_text") or "", restore.event, ctx)
+    same = [s for s in checkpoints if load_path and _resolve_value(s.path_text, s.event, ctx) == load_path]
+    candidates = same or checkpoints
+    held = set.intersection(*({i for i in _RESTORABLE if s.holds(i)} for s in candidates))
+    keys: dict[str, str] = {}
+    for saved in candidates:
+        for key, value in (saved.event.detail.get("values") or {}).items():
+            item = _key_item(str(key), str(value))
+            if item in held:
+                keys.setdefault(item, str(key))
+    return held, keys
+
+
+_DAMAGE = {
+    OPTIMIZER: "the optimizer restarts with empty moments / momentum",
+    SCHEDULER: "the learning rate restarts from the first value of its schedule",
+    SCALER: "the loss scale restarts at 65536 and the first steps are skipped while it backs off",
+    PROGRESS: "the epoch / step counter restarts at 0 and the whole schedule is trained again",
+}
+_ROLE_OF = {OPTIMIZER: Role.OPTIMIZER, SCHEDULER: Role.SCHEDULER, SCALER: Role.SCALER}
+_NOUN = {OPTIMIZER: "optimizer", SCHEDULER: "scheduler", SCALER: "GradScaler", PROGRESS: "epoch / step"}
+
+
+def _message(restore: Restore, missing: list[str], keys: dict[str, str], model: ModuleModel) -> str:
+    ckpt = restore.bound or "ckpt"
+    advice = []
+    for item in missing:
+        key = keys.get(item, "epoch" if item == PROGRESS else item)
+        if item == PROGRESS:
+            advice.append(f'read the start epoch / step back from `{ckpt}["{key}"]`')
+        else:
+            obj = _name_of(model, _ROLE_OF[item], item)
+            advice.append(f'`{obj}.load_state_dict({ckpt}["{key}"])`')
+    nouns = " and ".join(_NOUN[i] for i in missing)
+    damage = "; ".join(_DAMAGE[i] for i in missing)
+    return (
+        f"the resume loads a checkpoint that holds the {nouns} state but never restores it: "
+        f"{damage}; add {', '.join(advice)}"
+    )

@@ -44,7 +44,7 @@ def _loader_name(flow: Flow, loop: Loop) -> str | None:
         if isinstance(node, cst.Call) and dotted(node.func) == "next" and node.args:
             arg = node.args[0].value
             if isinstance(arg, cst.Name):
-                values = flow.values_of(index, arg, node, 0)
+                values = flow.values_of(index, arg, node)
                 arg = values[0][1] if len(values) == 1 and values[0][3] is None else arg
             if isinstance(arg, cst.Call) and dotted(arg.func) == "iter" and arg.args:
                 names.add(dotted(arg.args[0].value))
@@ -91,7 +91,7 @@ def _is_none(arg: cst.Arg | None) -> bool:
 
 
 def _bool(arg: cst.Arg | None) -> bool | None:
-    """The literal value of a boolean argument; None when absent-or-unknown is ambiguous."""
+    """The literal value of a boolean argument (None: absent, or not a literal)."""
     if arg is not None and isinstance(arg.value, cst.Name) and arg.value.value in ("True", "False"):
         return arg.value.value == "True"
     return None
@@ -158,7 +158,8 @@ class SamplerSetEpochMissing(Rule):
             shuffle = keyword_arg(sampler.node, "shuffle")  # type: ignore[arg-type]
             if shuffle is not None and _bool(shuffle) is not True:
                 continue  # shuffle=False: the order does not depend on the epoch; unknown: say nothing
-            at = _report_at(flow, loop, sampler.index, sampler.node) or _report_at(flow, loop, loader.index, loader.call)
+            at = _report_at(flow, loop, sampler.index, sampler.node)
+            at = at or _report_at(flow, loop, loader.index, loader.call)
             if at is None:
                 continue
             reported.add(id(sampler.node))
@@ -204,7 +205,9 @@ class TrainLoaderNotShuffled(Rule):
             call = loader.call
             if _has_star(call):
                 continue
-            if not _is_none(_arg(call, "sampler", _SAMPLER_AT)) or not _is_none(_arg(call, "batch_sampler", _BATCH_SAMPLER_AT)):
+            if not _is_none(_arg(call, "sampler", _SAMPLER_AT)):
+                continue
+            if not _is_none(_arg(call, "batch_sampler", _BATCH_SAMPLER_AT)):
                 continue
             shuffle = _arg(call, "shuffle", _SHUFFLE_AT)
             if shuffle is not None and _bool(shuffle) is not False:
@@ -232,7 +235,7 @@ class TrainLoaderNotShuffled(Rule):
         seen: list[cst.CSTNode] = [dataset]
         expr, where_index, node = dataset, index, at
         for _ in range(6):  # follow the dataset through names, keeping every expression met
-            values = flow.values_of(where_index, expr, node, 0) if isinstance(expr, (cst.Name, cst.Attribute)) else []
+            values = flow.values_of(where_index, expr, node) if isinstance(expr, (cst.Name, cst.Attribute)) else []
             if len(values) != 1 or values[0][3] is not None:
                 break
             where_index, expr, node, _ = values[0]

@@ -111,8 +111,8 @@ class _Entries:
 
     def of(self, event: Event) -> int:
         """The first line of the entry function (0 for the module body)."""
-        line = event.via[0].line if event.via else event.line
-        if event.via and event.via[0].path != self.ctx.path or not event.via and event.path != self.ctx.path:
+        line, path = (event.via[0].line, event.via[0].path) if event.via else (event.line, event.path)
+        if path != self.ctx.path:
             return -1
         return next((start for start, end in self.ranges if start <= line <= end), 0)
 

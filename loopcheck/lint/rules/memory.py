@@ -10,6 +10,7 @@ cannot establish comes back as None, and the rules then say nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -17,7 +18,7 @@ from typing import Iterator
 import libcst as cst
 
 from loopcheck.findings import Finding
-from loopcheck.lint.loopmodel import EventKind, Loop
+from loopcheck.lint.loopmodel import EventKind, Role
 from loopcheck.lint.positions import node_span
 from loopcheck.lint.rules.base import FileContext, Rule
 
@@ -49,17 +50,17 @@ _MODULE_WRAPPERS = frozenset({"DistributedDataParallel", "DataParallel", "DDP", 
 _MODULE_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "half", "double", "requires_grad_"})
 
 
+def _is_torch(qualified: str) -> bool:
+    """A dotted name from torch, or left unresolved (`nn.X`, `F.x` in a snippet without imports)."""
+    head = qualified.rpartition(".")[0]
+    return not head or head.startswith("torch") or head in ("nn", "F", "functional", "nn.functional")
+
+
 def _torch_name(qualified: str | None, table: dict[str, str]) -> str | None:
-    """The kind of a torch name (`torch.nn.CrossEntropyLoss` -> "ce") when its last part is known and
-    its head is torch, or unresolved (a snippet without imports)."""
-    if not qualified:
+    """The kind of a torch name (`torch.nn.CrossEntropyLoss` -> "ce") from `table`, by last part."""
+    if not qualified or not _is_torch(qualified):
         return None
-    head, _, last = qualified.rpartition(".")
-    if last not in table:
-        return None
-    if head and not (head.startswith("torch") or head in ("nn", "F", "functional", "nn.functional")):
-        return None
-    return table[last]
+    return table.get(qualified.rpartition(".")[2])
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -99,6 +100,49 @@ def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
 # ---------------------------------------------------------------------------------------------
 
 
+_SCOPE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+_NOTED = frozenset(
+    {
+        cst.Call, cst.ClassDef, cst.FunctionDef, cst.Import, cst.ImportFrom, cst.Assign, cst.AnnAssign,
+        cst.AugAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.WithItem,
+    }
+)
+# fields that hold only whitespace and punctuation
+_LAYOUT = (
+    "whitespace", "lpar", "rpar", "leading_lines", "lines_after_decorators", "header", "footer",
+    "comma", "dot", "equal", "semicolon", "colon", "newline", "indent", "trailing_whitespace",
+    "asynchronous", "first_line", "empty_lines", "lbracket", "rbracket", "lbrace", "rbrace",
+)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_IS_NODE: dict[type, bool] = {}
+
+
+def _fields_of(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes of `node` that carry meaning, in source order."""
+    kind = type(node)
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(
+            f.name for f in dataclasses.fields(node) if not f.name.startswith(_LAYOUT)
+        )
+    out: list[cst.CSTNode] = []
+    for name in names:
+        value = getattr(node, name)
+        if type(value) in (list, tuple):
+            out.extend(v for v in value if _node(v))
+        elif _node(value):
+            out.append(value)
+    return out
+
+
+def _node(value: object) -> bool:
+    kind = type(value)
+    found = _IS_NODE.get(kind)
+    if found is None:
+        found = _IS_NODE[kind] = isinstance(value, cst.CSTNode)
+    return found
+
+
 @dataclass(frozen=True)
 class Assignment:
     order: int
@@ -126,27 +170,23 @@ class ModuleIndex:
     # -- building ---------------------------------------------------------------------------
 
     def _walk(self, module: cst.Module) -> None:
-        index = self
-
-        class _Collector(cst.CSTVisitor):
-            def __init__(self) -> None:
-                self.stack: list[cst.CSTNode] = []
-
-            def on_visit(self, node: cst.CSTNode) -> bool:
-                if self.stack:
-                    parent = self.stack[-1]
-                    index.parent[id(node)] = parent
-                    index.kids[id(parent)].append(node)
-                index.kids[id(node)] = []
-                index.order[id(node)] = len(index.order)
-                index._note(node)
-                self.stack.append(node)
-                return True
-
-            def on_leave(self, original_node: cst.CSTNode) -> None:
-                self.stack.pop()
-
-        module.visit(_Collector())
+        # A hand-written walk over the nodes' fields: libcst's visitor rebuilds every node, which
+        # costs more than the whole analysis. Bindings get their order after their value, so a
+        # name used in its own assignment (`x = f(x)`) sees the previous binding.
+        order, kids, parent = self.order, self.kids, self.parent
+        stack: list[tuple[cst.CSTNode, bool]] = [(module, False)]
+        while stack:
+            node, leaving = stack.pop()
+            if leaving:
+                self._note(node, len(order))
+                continue
+            order[id(node)] = len(order)
+            children = _fields_of(node)
+            kids[id(node)] = children
+            for child in children:
+                parent[id(child)] = node
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(children))
 
     def children(self, node: cst.CSTNode) -> list[cst.CSTNode] | tuple[cst.CSTNode, ...]:
         found = self.kids.get(id(node))
@@ -158,11 +198,14 @@ class ModuleIndex:
         while stack:
             node = stack.pop()
             yield node
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if type(node) in _SCOPE_TYPES:
                 continue
             stack.extend(reversed(self.children(node)))
 
-    def _note(self, node: cst.CSTNode) -> None:
+    def _note(self, node: cst.CSTNode, done: int) -> None:
+        kind = type(node)
+        if kind not in _NOTED:
+            return
         if isinstance(node, cst.Call):
             self.calls.append(node)
         elif isinstance(node, cst.ClassDef):
@@ -193,33 +236,34 @@ class ModuleIndex:
                     self.imports[local] = (mod or "", level, name)
         elif isinstance(node, cst.Assign):
             for target in node.targets:
-                self._bind(target.target, node.value, node)
+                self._bind(target.target, node.value, node, done)
         elif isinstance(node, cst.AnnAssign) and node.value is not None:
-            self._bind(node.target, node.value, node)
+            self._bind(node.target, node.value, node, done)
         elif isinstance(node, cst.AugAssign):
-            self._bind(node.target, None, node)
+            self._bind(node.target, None, node, done)
         elif isinstance(node, cst.NamedExpr):
-            self._bind(node.target, node.value, node)
-        elif isinstance(node, (cst.For, cst.CompFor)):
-            self._bind(node.target, None, node)
+            self._bind(node.target, node.value, node, done)
+        elif isinstance(node, (cst.For, cst.CompFor)):  # bound from the first iteration on
+            self._bind(node.target, None, node, self.order[id(node)])
         elif isinstance(node, cst.WithItem) and node.asname is not None:
-            self._bind(node.asname.name, None, node)
+            self._bind(node.asname.name, None, node, done)
 
-    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression | None, node: cst.CSTNode) -> None:
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression | None, node: cst.CSTNode,
+              order: int) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
             for i, element in enumerate(target.elements):
                 if isinstance(element, cst.StarredElement):
                     return
-                self._bind_one(element.value, value, i, node)
+                self._bind_one(element.value, value, i, node, order)
         else:
-            self._bind_one(target, value, None, node)
+            self._bind_one(target, value, None, node, order)
 
-    def _bind_one(self, target: cst.BaseExpression, value, position, node) -> None:
+    def _bind_one(self, target: cst.BaseExpression, value, position, node, order: int) -> None:
         key = dotted(target)
         if key is None:
             return
         scope = self.scope_of(node)
-        self.assigns.setdefault((id(scope), key), []).append(Assignment(self.order[id(node)], value, position, node))
+        self.assigns.setdefault((id(scope), key), []).append(Assignment(order, value, position, node))
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -286,16 +330,13 @@ class Where:
     node: cst.CSTNode
 
     def label(self, relative_to: str) -> str:
-        """`file:line`, the file named relative to the linted file's folder when it sits there."""
+        """`file:line`; the file by its name alone when it sits next to the linted file."""
         path = self.index.path
-        if path != relative_to and not path.startswith("<"):
-            here = os.path.dirname(os.path.abspath(relative_to))
-            if os.path.dirname(os.path.abspath(path)) == here:
+        if not path.startswith("<"):
+            if os.path.dirname(os.path.abspath(path)) == os.path.dirname(os.path.abspath(relative_to)):
                 path = os.path.basename(path)
             elif os.path.isabs(path) and path.startswith(os.getcwd() + os.sep):
                 path = os.path.relpath(path)
-        elif path == relative_to:
-            path = os.path.basename(path) if not path.startswith("<") else path
         return f"{path}:{self.index.line(self.node)}"
 
 
@@ -305,9 +346,8 @@ class Obj:
 
     kind: "class" (instance of a project class: node is the ClassDef), "function" (a project
     function: node is the FunctionDef), "sequential" (an nn.Sequential call), "layer" (an activation
-    module; act says which), "loss" (a torch loss module or function; loss says which), "torch"
-    (another torch constructor or function: qualified name in name), "call" (the constructor call
-    of something else, node is the Call).
+    module or function; act says which), "loss" (a torch loss module or function; loss says which),
+    "call" (what another call returns: node is the Call, name its qualified callee).
     """
 
     kind: str
@@ -432,7 +472,7 @@ class Flow:
             qualified = index.qualify(expr)
             loss = _torch_name(qualified, _LOSS_FUNCS)
             last = (qualified or "").rpartition(".")[2]
-            if loss is None and (last.endswith("_loss") or last == "kl_div") and _torch_name(qualified, {last: "other"}):
+            if loss is None and (last.endswith("_loss") or last == "kl_div") and _is_torch(qualified or ""):
                 loss = "other"
             if loss is not None:
                 return Obj("loss", Where(index, expr), name=qualified or "", loss=loss)
@@ -442,7 +482,7 @@ class Flow:
             found = self.definition(index, expr) or self._own_method(index, expr, at)
             if found is not None and isinstance(found.node, cst.FunctionDef):
                 return Obj("function", found)
-            values = self.values_of(index, expr, at, depth)
+            values = self.values_of(index, expr, at)
             return _same(
                 [
                     self.obj(i, v, a, depth + 1) if pos is None else self._element(i, v, a, pos, depth + 1)
@@ -486,14 +526,14 @@ class Flow:
             act = _torch_name(qualified, _ACTIVATION_LAYERS)
             if act is not None:
                 return Obj("layer", Where(index, call), name=qualified, act=act)
-            if last == "Sequential" and _torch_name(qualified, {"Sequential": "x"}):
+            if last == "Sequential" and _is_torch(qualified):
                 return Obj("sequential", Where(index, call), name=qualified)
-            if last and last.endswith("Loss") and _torch_name(qualified, {last: "x"}):
+            if last and last.endswith("Loss") and _is_torch(qualified):
                 return Obj("loss", Where(index, call), name=qualified, loss="other")
             return Obj("call", Where(index, call), name=qualified)
         return None
 
-    def values_of(self, index: ModuleIndex, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> list[tuple]:
+    def values_of(self, index: ModuleIndex, expr: cst.BaseExpression, at: cst.CSTNode) -> list[tuple]:
         """What `expr` (a Name or `self.attr`) was last bound to, evaluated at node `at`: a list of
         (index, value, node, tuple position), one per call site for a parameter; [] when unknown."""
         key = dotted(expr)
@@ -540,7 +580,8 @@ class Flow:
             if cls is not None and fname == "__init__":
                 hit = isinstance(callee, cst.Name) and callee.value == cls.name.value
             elif cls is not None:
-                hit = isinstance(callee, cst.Attribute) and callee.attr.value == fname and dotted(callee.value) == "self"
+                hit = (isinstance(callee, cst.Attribute) and callee.attr.value == fname
+                       and dotted(callee.value) == "self")
             else:
                 hit = isinstance(callee, cst.Name) and callee.value == fname
             if not hit:
@@ -592,7 +633,7 @@ class Flow:
                     return self.activation(index, element.value, at, depth + 1)
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
-            values = self.values_of(index, expr, at, depth)
+            values = self.values_of(index, expr, at)
             found = []
             for v_index, v_expr, v_at, v_pos in values:
                 if v_pos is not None and position is not None:
@@ -614,7 +655,7 @@ class Flow:
         act = _torch_name(qualified, _ACTIVATION_FUNCS)
         if act is not None:
             return Activation(act, Where(index, expr)) if position is None else None
-        if _torch_name(qualified, {"clamp": "clamp", "clip": "clip"}) is not None:
+        if qualified and qualified.rpartition(".")[2] in ("clamp", "clip") and _is_torch(qualified):
             inner = first_arg(expr)
             return self.activation(index, inner, at, depth + 1, position=position) if inner is not None else None
         callee = self.obj(index, func, at, depth + 1)
@@ -646,7 +687,8 @@ class Flow:
             returns = self.returns(forward)
             if not returns:
                 return None
-            return _same_activation([self.activation(forward.index, r, r, depth + 1, position=position) for r in returns])
+            found = [self.activation(forward.index, r, r, depth + 1, position=position) for r in returns]
+            return _same_activation(found)
         return None
 
     # -- losses -----------------------------------------------------------------------------
@@ -745,7 +787,8 @@ def _param_through(index: ModuleIndex, expr: cst.BaseExpression, at: cst.CSTNode
         scope = index.scope_of(at)
         found = index.reaching(scope, expr.value, index.order.get(id(at), 0))
         if found is None:
-            return expr.value if isinstance(scope, cst.FunctionDef) and _param_index(scope, expr.value) is not None else None
+            is_param = isinstance(scope, cst.FunctionDef) and _param_index(scope, expr.value) is not None
+            return expr.value if is_param else None
         if found.value is None or found.position is not None:
             return None
         return _param_through(index, found.value, found.node, hops + 1)
@@ -770,13 +813,6 @@ def index_for(path: str, module: cst.Module) -> ModuleIndex:
 # ---------------------------------------------------------------------------------------------
 # LC602 / LC603: an activation applied before a loss that applies it itself
 # ---------------------------------------------------------------------------------------------
-
-_LOSS_WORDS = {
-    "ce": "cross-entropy",
-    "nll": "NLLLoss",
-    "bce_logits": "BCEWithLogitsLoss",
-}
-
 
 class _ActivationIntoLoss(Rule):
     """Shared check: a loss call whose input holds the output of `act`."""
@@ -851,15 +887,16 @@ _KEEPS_GRAPH = frozenset(
 _NO_GRAD = frozenset({"no_grad", "inference_mode"})
 
 
+_BACKWARD_OWNERS = frozenset({"torch.autograd", "autograd", "accelerator", "self.accelerator", "fabric", "self.fabric"})
+
+
 def _backward_inputs(call: cst.Call) -> list[cst.BaseExpression]:
     """The tensors a backward call differentiates: `x.backward()`, `scaler.scale(x).backward()`,
     `(x / k).backward()`, `accelerator.backward(x)`, `torch.autograd.backward(x)`."""
     func = call.func
     if not (isinstance(func, cst.Attribute) and func.attr.value in ("backward", "manual_backward")):
         return []
-    if func.attr.value == "manual_backward" or (call.args and not isinstance(func.value, (cst.Call, cst.BinaryOperation))
-                                                and dotted(func.value) in ("torch.autograd", "autograd", "accelerator",
-                                                                           "self.accelerator", "fabric", "self.fabric")):
+    if func.attr.value == "manual_backward" or (call.args and dotted(func.value) in _BACKWARD_OWNERS):
         arg = first_arg(call)
         return _operands(arg) if arg is not None else []
     return _operands(func.value)
@@ -953,9 +990,11 @@ class _LossTracker:
 
     def is_loss_call(self, call: cst.Call) -> bool:
         """A criterion call, or a project helper that returns a loss it back-propagated."""
-        sink = self.flow.sink(self.index, call)
-        if sink is not None:
+        if self.flow.sink(self.index, call) is not None:
             return True
+        name = dotted(call.func)
+        if name and self.index is self.flow.main and self.flow.ctx.model.role(name) is Role.CRITERION:
+            return True  # `criterion` / `self.loss_fn` passed in from elsewhere
         callee = self.flow.obj(self.index, call.func, call)
         if callee is None or callee.kind != "function":
             return False
@@ -994,15 +1033,11 @@ def _training_loops(ctx: FileContext, index: ModuleIndex) -> list[cst.For | cst.
     """Loops of this file whose iteration calls backward (directly or through helpers)."""
     found: dict[int, cst.For | cst.While] = {}
     for loop in ctx.model.walk_loops():
-        if id(loop.node) in index.order and any(e.kind is EventKind.BACKWARD for e in _iteration(loop)):
+        if id(loop.node) in index.order and any(e.kind is EventKind.BACKWARD for e in loop.all_events()):
             found[id(loop.node)] = loop.node
     for node_id, node in _loops_with_backward(index):
         found.setdefault(node_id, node)
     return sorted(found.values(), key=lambda n: index.order[id(n)])
-
-
-def _iteration(loop: Loop) -> list:
-    return [e for inner in loop.walk() for e in inner.events]
 
 
 def _loops_with_backward(index: ModuleIndex) -> Iterator[tuple[int, cst.For | cst.While]]:
@@ -1027,7 +1062,14 @@ def _kept_losses(flow: Flow, index: ModuleIndex, loop: cst.For | cst.While) -> I
                 targets.add(_key(n.value))
     tracker = _LossTracker(flow, index, targets)
     rebound = _rebound(index, body)
-    wanted = _backpropagated_names(index, index.scope_of(loop))
+    scope = index.scope_of(loop)
+    wanted = _backpropagated_names(index, scope)
+    cls = index.class_of(scope) if isinstance(scope, cst.FunctionDef) else None
+    if cls is not None:  # `self.buffer` filled here, reset or back-propagated in another method
+        for name, method in index.methods(cls).items():
+            wanted |= {n for n in _backpropagated_names(index, method) if n.startswith("self.")}
+            if name != "__init__" and method is not scope:
+                rebound |= {n for n in _rebound(index, list(index.scoped(method))) if n.startswith("self.")}
     for n in body:
         if isinstance(n, cst.Assign) and len(n.targets) == 1:
             target = n.targets[0].target
@@ -1069,8 +1111,7 @@ def _rebound(index: ModuleIndex, body: list[cst.CSTNode]) -> set[str]:
     for n in body:
         if isinstance(n, cst.Assign):
             for t in n.targets:
-                targets = [e.value for e in t.target.elements] if isinstance(t.target, (cst.Tuple, cst.List)) else [t.target]
-                for target in targets:
+                for target in _flat_targets(t.target):
                     name = dotted(target)
                     if name and name not in _names_in(index, n.value):
                         out.add(name)

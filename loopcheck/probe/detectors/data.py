@@ -47,7 +47,7 @@ class DataStallDetector(Detector):
         self._end, self._wait, self._eval = now, None, False
 
     def on_sample(self, step: int, final: bool) -> None:
-        if len(self._shares) < (self._shares.maxlen or 0):
+        if final or len(self._shares) < (self._shares.maxlen or 0):
             return
         share = statistics.median(self._shares)
         if share >= self.config.stall_share:

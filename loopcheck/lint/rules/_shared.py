@@ -1,0 +1,273 @@
+"""Helpers several rule families share: dotted names and import aliases, condition (guard)
+normalisation, the model's events grouped into units with before/after walks, and a few small
+syntax queries over a parsed module (parents, functions, calls).
+
+Nothing here knows a rule code; the families build their checks on top of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from loopcheck.lint.loopmodel import Event, Loop, LoopKind
+from loopcheck.lint.positions import node_span
+from loopcheck.lint.rules.base import FileContext
+
+# --- names and imports -------------------------------------------------------------------------
+
+
+def dotted(expr: cst.CSTNode | None) -> str | None:
+    """`a.b.c` for a Name / Attribute chain, else None."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        head = dotted(expr.value)
+        return f"{head}.{expr.attr.value}" if head else None
+    return None
+
+
+def code_of(node: cst.CSTNode) -> str:
+    """The source text of a node."""
+    return cst.Module([]).code_for_node(node)
+
+
+def import_map(module: cst.Module) -> dict[str, str]:
+    """Local name -> dotted origin for every import of the module (`th` -> `torch`,
+    `autocast` -> `torch.cuda.amp.autocast`). Relative imports are left out."""
+    names: dict[str, str] = {}
+    for stmt in nodes_of(module, (cst.Import, cst.ImportFrom)):
+        if isinstance(stmt, cst.Import):
+            for alias in stmt.names:
+                full = dotted(alias.name)
+                if full is None:
+                    continue
+                if alias.asname is not None:
+                    names[alias.evaluated_alias or full] = full
+                else:
+                    head = full.split(".")[0]
+                    names.setdefault(head, head)
+        elif not stmt.relative and stmt.module is not None and not isinstance(stmt.names, cst.ImportStar):
+            module_name = dotted(stmt.module)
+            if module_name is None:
+                continue
+            for alias in stmt.names:
+                names[alias.evaluated_alias or alias.evaluated_name] = f"{module_name}.{alias.evaluated_name}"
+    return names
+
+
+def resolve_call(names: dict[str, str], func: cst.BaseExpression) -> str | None:
+    """The dotted origin of a callee through the module's imports (`th.load` -> `torch.load`)."""
+    text = dotted(func)
+    if text is None:
+        return None
+    head, _, rest = text.partition(".")
+    full = names.get(head, head)
+    return f"{full}.{rest}" if rest else full
+
+
+# --- guards ------------------------------------------------------------------------------------
+
+
+def guard_key(text: str, negated: bool) -> tuple[str, bool]:
+    """A condition's text and polarity with `not x`, `x is None`, `x is not None` normalised,
+    so `if not amp:` and the `else` of `if amp:` are recognised as the same branch."""
+    text = " ".join(text.split())
+    while text.startswith("(") and text.endswith(")"):
+        text = text[1:-1].strip()
+    if text.startswith("not "):
+        return guard_key(text[4:], not negated)
+    if text.endswith(" is not None"):
+        return text[: -len(" is not None")].strip(), negated
+    if text.endswith(" is None"):
+        return text[: -len(" is None")].strip(), not negated
+    return text, negated
+
+
+def exclusive(a: Event, b: Event) -> bool:
+    """True when a and b sit on opposite branches of one condition (never on one path)."""
+    keys = {guard_key(g.text, g.negated) for g in a.guards}
+    for g in b.guards:
+        text, negated = guard_key(g.text, g.negated)
+        if (text, not negated) in keys:
+            return True
+    return False
+
+
+# --- loops -------------------------------------------------------------------------------------
+
+
+def iteration_loop(loop: Loop) -> Loop:
+    """The loop whose iteration is one training step: the batch loop around `loop` (a small
+    `for opt in optimizers:` loop inside it does not count), else `loop` itself."""
+    here: Loop | None = loop
+    while here is not None:
+        if here.kind is LoopKind.BATCH:
+            return here
+        here = here.parent
+    return loop
+
+
+def outermost(loop: Loop) -> Loop:
+    while loop.parent is not None:
+        loop = loop.parent
+    return loop
+
+
+# --- the event trace ---------------------------------------------------------------------------
+
+_TRACES: "WeakKeyDictionary[FileContext, Trace]" = WeakKeyDictionary()
+
+
+class Trace:
+    """The model's events in trace order, grouped into units: one top-level loop, or one entry
+    function for the events outside any loop. Walking before/after an event stays in its unit
+    and skips the events that cannot be on the same path (the opposite branch of a condition)."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        # no reference to ctx itself: traces are cached per ctx in a weak-keyed dict
+        self.path = ctx.path
+        self.module = ctx.module
+        self.model = ctx.model
+        self.events: list[Event] = list(ctx.model.events)
+        self._functions: list[tuple[int, int]] | None = None
+        self.units = [self._unit(e) for e in self.events]
+
+    @classmethod
+    def of(cls, ctx: FileContext) -> "Trace":
+        trace = _TRACES.get(ctx)
+        if trace is None:
+            trace = _TRACES[ctx] = cls(ctx)
+        return trace
+
+    def _unit(self, event: Event) -> tuple:
+        if event.loop is not None:
+            return ("loop", id(outermost(event.loop)))
+        path, line = (event.via[0].path, event.via[0].line) if event.via else (event.path, event.line)
+        if path != self.path:
+            return ("file", path)
+        return ("function", self.function_at(line))
+
+    def function_at(self, line: int) -> int:
+        """Start line of the outermost function around `line` (0: module level)."""
+        if self._functions is None:
+            spans: list[tuple[int, int]] = []
+
+            class _Defs(cst.CSTVisitor):
+                def visit_FunctionDef(inner, node: cst.FunctionDef) -> bool:
+                    start, _, end, _ = node_span(module, node)
+                    spans.append((start, end))
+                    return False
+
+            module = self.module
+            module.visit(_Defs())
+            self._functions = spans
+        for start, end in self._functions:
+            if start <= line <= end:
+                return start
+        return 0
+
+    exclusive = staticmethod(exclusive)
+
+    def unit_events(self, i: int) -> list[Event]:
+        unit = self.units[i]
+        return [e for e, u in zip(self.events, self.units) if u == unit]
+
+    def before(self, i: int) -> Iterator[Event]:
+        """Events of i's unit that may precede it on one path, nearest first."""
+        here, unit = self.events[i], self.units[i]
+        for j in range(i - 1, -1, -1):
+            if self.units[j] != unit:
+                break
+            if not exclusive(self.events[j], here):
+                yield self.events[j]
+
+    def after(self, i: int) -> Iterator[Event]:
+        """Events of i's unit that may follow it on one path, nearest first."""
+        here, unit = self.events[i], self.units[i]
+        for j in range(i + 1, len(self.events)):
+            if self.units[j] != unit:
+                break
+            if not exclusive(self.events[j], here):
+                yield self.events[j]
+
+    @staticmethod
+    def remember(seen: set[tuple], event: Event) -> bool:
+        """False when a finding was already made at this event's position (an inlined helper
+        reached from two call sites)."""
+        key = (event.path, event.line, event.column)
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+
+# --- syntax queries over one module ------------------------------------------------------------
+
+
+def nodes_of(root: cst.CSTNode, kind: type | tuple[type, ...]) -> list:
+    """Every node of `kind` under `root` (root included), in source order."""
+    found: list = []
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, kind):
+                found.append(node)
+            return True
+
+    root.visit(_Find())
+    return found
+
+
+_PARENTS: dict[int, tuple[cst.Module, dict[int, cst.CSTNode]]] = {}
+_KEEP = 32  # parent tables kept (the files of one project)
+
+
+def parents(module: cst.Module) -> dict[int, cst.CSTNode]:
+    """id(node) -> parent node for every node of the module (built once per module object)."""
+    cached = _PARENTS.get(id(module))
+    if cached is not None and cached[0] is module:
+        return cached[1]
+    table: dict[int, cst.CSTNode] = {}
+    stack: list[cst.CSTNode] = []
+
+    class _Parents(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if stack:
+                table[id(node)] = stack[-1]
+            stack.append(node)
+            return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            stack.pop()
+
+    module.visit(_Parents())
+    if len(_PARENTS) >= _KEEP:
+        _PARENTS.clear()
+    # the module is kept with its table, so its id cannot be reused while the entry lives
+    _PARENTS[id(module)] = (module, table)
+    return table
+
+
+def enclosing(module: cst.Module, node: cst.CSTNode, kind: type | tuple[type, ...]) -> cst.CSTNode | None:
+    """The nearest ancestor of `node` of `kind`, or None."""
+    table = parents(module)
+    current = table.get(id(node))
+    while current is not None:
+        if isinstance(current, kind):
+            return current
+        current = table.get(id(current))
+    return None
+
+
+def module_of(path: str, ctx: FileContext) -> cst.Module | None:
+    """The parsed module of `path`: the linted file itself, or a project file the model followed."""
+    if path == ctx.path:
+        return ctx.module
+    from loopcheck.lint.project import parse_path
+
+    parsed = parse_path(Path(path))
+    return parsed.module if parsed is not None else None

@@ -1,0 +1,66 @@
+"""Two processes, gloo on CPU, DDP: a NaN injected on rank 1 is reported with its rank, by rank 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import loopcheck
+from conftest import Batches, Net
+
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        net = Net()
+        model = DDP(net)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        log = os.path.join(out, f"run{rank}.jsonl")
+        with loopcheck.probe(model, opt, log=log, on_finding="ignore", summary=False, every=5) as probe:
+            for i, (x, y) in enumerate(Batches(seed=0, split=rank).epoch(20)):
+                if rank == 1 and i == 7:
+                    with torch.no_grad():
+                        net.mid.weight[2, 2] = float("nan")
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump([fd.to_dict() for fd in probe.findings], f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_nan_on_one_rank_is_reported_with_its_rank_by_rank_0(tmp_path):
+    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    rank0 = json.loads((tmp_path / "rank0.json").read_text())
+    origin = [f for f in rank0 if f["code"] == "LP103" and f["rank"] == 1]
+    assert len(origin) == 1 and origin[0]["where"] == "mid" and origin[0]["step"] == 8
+    # the NaN reached rank 0 through the gradient all-reduce: its own first sign is a gradient
+    assert any(f["code"] == "LP104" and f["rank"] == 0 and f["step"] == 8 for f in rank0)
+    assert (tmp_path / "run0.jsonl").exists() and not (tmp_path / "run1.jsonl").exists()
+    logged = [json.loads(line) for line in (tmp_path / "run0.jsonl").read_text().splitlines()]
+    assert any(r["type"] == "finding" and r["rank"] == 1 and r["code"] == "LP103" for r in logged)
+    metrics = [r for r in logged if r["type"] == "metrics"]
+    assert metrics and all(m["ranks"] == 2 for m in metrics)
