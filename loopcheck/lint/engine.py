@@ -9,6 +9,7 @@ unparsable files, and rules that fail, become `LintError` entries while the rest
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import io
 import os
@@ -175,7 +176,16 @@ def _may_matter(data: bytes, path: str, project: Any) -> bool:
     return False
 
 
-def _syntax_error(exc: cst.ParserSyntaxError, path: str) -> LintError:
+def _syntax_error(exc: cst.ParserSyntaxError, text: str, path: str) -> LintError:
+    # CPython's own message is usually more precise about the line; ask it (only on failure)
+    try:
+        compile(text, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as py_exc:
+        if py_exc.lineno:
+            column = f" (column {py_exc.offset})" if py_exc.offset else ""
+            return LintError(path, py_exc.lineno, f"syntax error: {py_exc.msg}{column}")
+    except (ValueError, RecursionError, MemoryError):
+        pass
     message = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
     return LintError(path, exc.raw_line, f"syntax error: {message} (column {exc.raw_column + 1})")
 
@@ -223,7 +233,7 @@ def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project:
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        result.errors.append(_syntax_error(exc, path))
+        result.errors.append(_syntax_error(exc, text, path))
         return result
     except RecursionError:
         result.errors.append(LintError(path, None, "too deeply nested to parse"))

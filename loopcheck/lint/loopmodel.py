@@ -672,18 +672,28 @@ class _Frame:
 class _Dict:
     """What is known about a dict being built for torch.save."""
 
-    __slots__ = ("keys", "values", "unit")
+    __slots__ = ("keys", "values", "owners", "unit")
 
     def __init__(self, unit: _Unit) -> None:
         self.keys: set[str] | None = set()
         self.values: dict[str, cst.BaseExpression] = {}
+        self.owners: set[str] = set()  # objects whose state_dict() is a value (resolved where it was added)
         self.unit = unit
 
     def copy(self) -> "_Dict":
         d = _Dict(self.unit)
         d.keys = set(self.keys) if self.keys is not None else None
         d.values = dict(self.values)
+        d.owners = set(self.owners)
         return d
+
+    def merge(self, other: "_Dict") -> None:
+        self.owners |= other.owners
+        if other.keys is None or self.keys is None:
+            self.keys = None
+        else:
+            self.keys |= other.keys
+            self.values.update(other.values)
 
 
 class _Value:
@@ -1172,12 +1182,7 @@ class _Builder:
             base = self.canon(target.value, frame)
             key = _string(_index(target))
             if base is not None and base in self.dicts:
-                d = self.dicts[base]
-                if key is None:
-                    d.keys = None
-                elif d.keys is not None:
-                    d.keys.add(key)
-                    d.values[key] = value
+                self._put(self.dicts[base], key, value, frame)
             return
         if isinstance(target, cst.Attribute) and target.attr.value == "grad":
             if _is_none(value) or (isinstance(value, cst.Call) and (_dotted(value.func) or "").endswith("zeros_like")):
@@ -1624,16 +1629,10 @@ class _Builder:
         if name in self.dicts:  # ckpt.update({...}) on a dict being built
             d = self.dicts[name]
             for arg in call.args:
-                if arg.keyword is not None and d.keys is not None:
-                    d.keys.add(arg.keyword.value)
-                    d.values[arg.keyword.value] = arg.value
-                elif arg.star == "**" or arg.keyword is None:
-                    other = self._dict_of(arg.value, frame)
-                    if other.keys is None or d.keys is None:
-                        d.keys = None
-                    else:
-                        d.keys |= other.keys
-                        d.values.update(other.values)
+                if arg.keyword is not None:
+                    self._put(d, arg.keyword.value, arg.value, frame)
+                else:
+                    d.merge(self._dict_of(arg.value, frame))
             return True
         self.event(EventKind.SCALER_UPDATE, name, call, frame, pending="update")
         return True
@@ -1704,38 +1703,39 @@ class _Builder:
         if isinstance(node, cst.Dict):
             for el in node.elements:
                 if isinstance(el, cst.DictElement):
-                    key = _string(el.key)
-                    if key is None or d.keys is None:
-                        d.keys = None
-                    else:
-                        d.keys.add(key)
-                        d.values[key] = el.value
+                    self._put(d, _string(el.key), el.value, frame)
                 else:  # {**base, ...}
-                    other = self._dict_of(el.value, frame)
-                    if other.keys is None or d.keys is None:
-                        d.keys = None
-                    else:
-                        d.keys |= other.keys
-                        d.values.update(other.values)
+                    d.merge(self._dict_of(el.value, frame))
             return d
         if isinstance(node, cst.Call) and _dotted(node.func) == "dict":
             for arg in node.args:
-                if arg.keyword is not None and d.keys is not None:
-                    d.keys.add(arg.keyword.value)
-                    d.values[arg.keyword.value] = arg.value
+                if arg.keyword is not None:
+                    self._put(d, arg.keyword.value, arg.value, frame)
                 else:
-                    other = self._dict_of(arg.value, frame)
-                    if other.keys is None or d.keys is None:
-                        d.keys = None
-                    else:
-                        d.keys |= other.keys
-                        d.values.update(other.values)
+                    d.merge(self._dict_of(arg.value, frame))
             return d
         value = self.value_of(node, frame)
         if value.dict is not None:
             return value.dict.copy()
         d.keys = None
         return d
+
+    def _put(self, d: _Dict, key: str | None, value: cst.BaseExpression, frame: _Frame) -> None:
+        """Add `key: value` to a dict being built; the saved object's owner is resolved here."""
+        owner = self._state_owner(value, frame)
+        if owner:
+            d.owners.add(owner)
+        elif isinstance(value, cst.Dict):
+            for el in value.elements:
+                if isinstance(el, cst.DictElement):
+                    inner = self._state_owner(el.value, frame)
+                    if inner:
+                        d.owners.add(inner)
+        if key is None or d.keys is None:
+            d.keys = None
+            return
+        d.keys.add(key)
+        d.values[key] = value
 
     def _state_owner(self, node: cst.BaseExpression, frame: _Frame, depth: int = 0) -> str | None:
         """`model.state_dict()` (or a name bound to it) -> "model"."""
@@ -1761,20 +1761,10 @@ class _Builder:
         d = self._dict_of(obj, frame)
         keys = frozenset(d.keys) if d.keys is not None else None
         values = {k: d.unit.text(v) for k, v in d.values.items()} if keys is not None else {}
-        state_of: set[str] = set()
+        state_of: set[str] = set(d.owners)
         direct = self._state_owner(obj, frame)
         if direct:
             state_of.add(direct)
-        for v in d.values.values():
-            owner = self._state_owner(v, frame)
-            if owner:
-                state_of.add(owner)
-            elif isinstance(v, cst.Dict):
-                for el in v.elements:
-                    if isinstance(el, cst.DictElement):
-                        inner = self._state_owner(el.value, frame)
-                        if inner:
-                            state_of.add(inner)
         whole = self.target(obj, frame) if keys is None and direct is None else None
         self.event(EventKind.SAVE, None, call, frame, pending="save", call=call, fn=qual or "torch.save",
                    obj_text=unit.text(obj), keys=keys, values=values, state_of=frozenset(state_of),
@@ -2246,10 +2236,14 @@ def _divides(node: cst.CSTNode) -> bool:
         if isinstance(node.operator, cst.Multiply):
             return _is_fraction(node.left) or _is_fraction(node.right) or _divides(node.left) or _divides(node.right)
         return _divides(node.left) and _divides(node.right)
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("div", "div_", "mean"):
-        return node.func.attr.value != "mean" or bool(node.args) or _divides(node.func.value)
-    if isinstance(node, cst.Call) and (_dotted(node.func) or "").endswith(("stack", "mean")):
-        return (_dotted(node.func) or "").endswith("mean")
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("div", "div_"):
+        return True
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "mean":
+        # the mean over micro-batch losses: torch.stack(losses).mean()
+        inner = node.func.value
+        return isinstance(inner, cst.Call) and (_dotted(inner.func) or "").rsplit(".", 1)[-1] in ("stack", "cat", "tensor")
+    if isinstance(node, cst.Call) and (_dotted(node.func) or "").rsplit(".", 1)[-1] == "mean":
+        return bool(node.args) and isinstance(node.args[0].value, (cst.List, cst.ListComp, cst.Call))
     return False
 
 

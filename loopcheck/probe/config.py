@@ -29,8 +29,10 @@ class ProbeConfig:
     vanish_norm: float = 1e-8
     vanish_ratio: float = 1e-7
     vanish_steps: int = 100
-    # Per-module NaN/Inf localisation (forward outputs and output gradients).
+    # Per-module NaN/Inf localisation: forward outputs every step; with backward_hooks, also
+    # each module's output gradient (more precise backward localisation, more overhead).
     localize: bool = True
+    backward_hooks: bool = False
     # GradScaler: this many skipped steps in a row, or this share of the last `skip_window`
     # attempts, is no longer normal overflow handling.
     skip_streak: int = 25

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -61,11 +62,12 @@ def test_nan_input_batch_is_blamed_on_the_data(net, batches):
     assert "input batch" in f.message and f.step == 13
 
 
-def test_nan_only_in_backward_names_the_module(net, batches):
+@pytest.mark.parametrize("backward_hooks", [False, True])
+def test_nan_only_in_backward_names_the_module(net, batches, backward_hooks):
     def arm(step):
         net.trap.armed = step == 25
 
-    probe = train(net, batches, 40, before_step=arm)
+    probe = train(net, batches, 40, before_step=arm, backward_hooks=backward_hooks)
     assert codes(probe) == {"LP104"}
     f = only(probe, "LP104")
     assert f.where == "trap" and f.step == 26

@@ -165,7 +165,7 @@ class ScalerUpdateMissing(Rule):
                 continue
             loop = iteration_loop(step.loop)
             scaler = step.target
-            inside = {id(l) for l in loop.walk()}
+            inside = {id(inner) for inner in loop.walk()}
             if any(
                 e.kind is K.SCALER_UPDATE and id(e.loop) in inside and (scaler is None or e.target in (None, scaler))
                 for e in trace.events

@@ -1,11 +1,14 @@
-"""Checkpoint rules (LC501-LC509): what a training checkpoint must hold to resume a run, how the
-resume reads the epoch back, and how checkpoints are saved and loaded.
+"""Checkpoint rules (LC501-LC510): what a training checkpoint must hold to resume a run, what the
+resume restores from it and how it reads the epoch back, and how checkpoints are saved and loaded.
 
 A save is read through the model's SAVE event (its dict's keys, their values' source text and the
 objects whose `state_dict()` it holds), and each entry is classified by meaning: `optim`,
 `opt_state` and `optimizer.state_dict()` under any key are all the optimizer state. A save is a
 *training checkpoint* when it holds more than the model weights, or when it is the only save of a
 script that trains and resumes from it; weights saved for inference are never checked.
+
+A resume (LC510) is read from the other side: the checkpoint a `torch.load` returns is followed
+through names, helper calls and returns, and the keys read from it are classified the same way.
 """
 
 from __future__ import annotations
@@ -524,7 +527,7 @@ def _range_start(loop: Loop, ctx: FileContext) -> tuple[str, str] | None:
 
 def _finished_epoch_keys(loop: Loop, var: str, trace: Trace, ctx: FileContext) -> set[str]:
     """Keys under which a save at the end of this loop's iteration stores the loop variable as it is."""
-    inside = {id(l) for l in loop.walk()}
+    inside = {id(inner) for inner in loop.walk()}
     keys: set[str] = set()
     trained = False
     for e in trace.events:
@@ -760,7 +763,8 @@ _RESTORABLE = (OPTIMIZER, SCHEDULER, SCALER, PROGRESS)  # the states LC510 check
 _RESUME_TEXT = re.compile(r"resum|restor|\blast|_last|last_|latest", re.I)
 _RESUME_FUNCTION = re.compile(r"resum|restor|checkpoint|ckpt|snapshot|load_state|latest|\blast|_last", re.I)
 _NOT_RESUME = re.compile(
-    r"pretrain|finetun|fine_tun|init_from|teacher|backbone|best|export|infer|predict|deploy|eval|test|warm_?start",
+    r"pretrain|finetun|fine_tun|init_from|teacher|backbone|best|export|infer|predict|deploy|(?<![a-z])eval|"
+    r"(?<![a-z])test|warm_?start|averag|ensemble|merge|convert",
     re.I,
 )
 # callees that only look at a checkpoint (`print(ckpt.keys())` is a read we cannot follow, this is not)
@@ -790,6 +794,7 @@ class _Reader:
         self.restore = restore
         self.state_loads = state_loads  # id(load_state_dict call) -> canonical receiver
         self._seen: set[tuple[int, int, str]] = set()
+        self._import_maps: dict[int, dict[str, str]] = {}
 
     def run(self) -> None:
         event = self.restore.event
@@ -869,6 +874,8 @@ class _Reader:
             return
         if func in _LOOKS_ONLY or _LOGGERS.match(func):
             return
+        if resolve_call(self._imports(module), call.func) == "torch.save":
+            return  # a later checkpoint reusing the name (`torch.save(checkpoint, path)`) restores nothing
         target = None if depth >= _MAX_FOLLOW or arg.star else self._callee(path, module, call)
         if target is None:
             restore.unknown = True
@@ -882,6 +889,12 @@ class _Reader:
         self.name(callee_path, callee_module, fdef, param, frames, depth + 1)
 
     # resolving calls -----------------------------------------------------------------------
+
+    def _imports(self, module: cst.Module) -> dict[str, str]:
+        found = self._import_maps.get(id(module))
+        if found is None:
+            found = self._import_maps[id(module)] = import_map(module)
+        return found
 
     def _callee(self, path: str, module: cst.Module, call: cst.Call):
         """(path, module, function, bound) of a call to a function or method of this project."""
@@ -986,16 +999,20 @@ def _parameter_for(fdef: cst.FunctionDef, call: cst.Call, arg: cst.Arg, bound: b
     return positional[index] if index < len(positional) else None
 
 
-def _scheduler_set_by_hand(module: cst.Module) -> bool:
-    """`scheduler.last_epoch = ...` or `StepLR(..., last_epoch=start - 1)`: the schedule's
-    position is restored without its state dict."""
-    if _assigns_attribute(module, "last_epoch"):
-        return True
-    return any(
-        a.keyword is not None and a.keyword.value == "last_epoch" and dotted(a.value) != "-1"
-        for call in nodes_of(module, cst.Call)
-        for a in call.args
-    )
+def _restored_by_hand(module: cst.Module) -> set[str]:
+    """States a resume may set without a state dict: `scheduler.last_epoch = ...` or
+    `StepLR(..., last_epoch=start - 1)` restore the schedule; `start = scheduler.last_epoch`
+    reads the progress back from the restored schedule."""
+    items: set[str] = set()
+    up = parents(module)
+    for node in nodes_of(module, cst.Attribute):
+        if node.attr.value == "last_epoch":
+            parent = up.get(id(node))
+            items.add(SCHEDULER if isinstance(parent, cst.AssignTarget) else PROGRESS)
+    for arg in nodes_of(module, cst.Arg):
+        if arg.keyword is not None and arg.keyword.value == "last_epoch" and code_of(arg.value) != "-1":
+            items.add(SCHEDULER)
+    return items
 
 
 class ResumeStateNotRestored(Rule):
@@ -1008,7 +1025,9 @@ class ResumeStateNotRestored(Rule):
             return
         trace = Trace.of(ctx)
         state_loads = {
-            id(e.node): e.target for e in trace.events if e.kind is K.LOAD and e.detail.get("fn") == "load_state_dict"
+            id(e.node): e.target
+            for e in trace.events
+            if e.kind is K.LOAD and e.detail.get("fn") == "load_state_dict"
         }
         saved_keys = _saved_key_items(checkpoints, facts.model)
         groups: dict[tuple, list[Restore]] = {}
@@ -1027,8 +1046,7 @@ class ResumeStateNotRestored(Rule):
                 continue
             own = [_restored_items(r, saved_keys, facts.model) for r in restores]
             restored = set().union(*own)
-            if SCHEDULER not in restored and _scheduler_set_by_hand(ctx.module):
-                restored.add(SCHEDULER)
+            restored |= _restored_by_hand(ctx.module)
             resume = next(
                 (r for r, items in zip(restores, own) if self._resumes(r, items, checkpoints, trace, ctx)), None
             )
@@ -1040,15 +1058,19 @@ class ResumeStateNotRestored(Rule):
                 yield self.finding(ctx, resume.event, _message(resume, missing, keys, facts.model))
 
     @staticmethod
-    def _resumes(restore: Restore, restored: set[str], checkpoints: list[Saved], trace: Trace, ctx: FileContext) -> bool:
+    def _resumes(
+        restore: Restore, restored: set[str], checkpoints: list[Saved], trace: Trace, ctx: FileContext
+    ) -> bool:
         """Whether this load resumes training (and is not a load of pretrained or final weights)."""
         event = restore.event
         if _after_training(event, trace):
             return False
         if restored & _TRAINING_STATE:
             return True  # it reads optimizer / scheduler / scaler / progress / RNG state back
+        if event.loop is not None:
+            return False  # weights read in a loop: averaging or comparing checkpoints
         path_text = event.detail.get("path_text") or ""
-        functions = _function_names(event, ctx)
+        functions = _function_names(event, ctx, trace)
         if any(_NOT_RESUME.search(t) for t in [path_text, *functions]):
             return False
         if _RESUME_TEXT.search(path_text) or any(_RESUME_TEXT.search(g.text) for g in event.guards):
@@ -1089,9 +1111,16 @@ def _after_training(event: Event, trace: Trace) -> bool:
     return False
 
 
-def _function_names(event: Event, ctx: FileContext) -> list[str]:
-    """The functions the load sits in: its own and those of the call chain that reached it."""
+def _function_names(event: Event, ctx: FileContext, trace: Trace) -> list[str]:
+    """The functions the load sits in: the entry function that reached it (`test()` calling
+    `self.load_checkpoint(...)`), the call chain, and its own."""
     names = [site.callee.split(".")[-1] for site in event.via]
+    where = _frame(event, trace)
+    if where is not None:
+        for func in nodes_of(ctx.module, cst.FunctionDef):
+            if node_span(ctx.module, func)[0] == where[0][1]:
+                names.append(func.name.value)
+                break
     module = module_of(event.path, ctx)
     if module is not None and id(event.node) in parents(module):
         func = enclosing(module, event.node, cst.FunctionDef)
@@ -1136,6 +1165,8 @@ def _expected(restore: Restore, checkpoints: list[Saved], ctx: FileContext) -> t
     same = [s for s in checkpoints if load_path and _resolve_value(s.path_text, s.event, ctx) == load_path]
     candidates = same or checkpoints
     held = set.intersection(*({i for i in _RESTORABLE if s.holds(i)} for s in candidates))
+    if any(s.progress_in_path for s in candidates):
+        held.discard(PROGRESS)  # `ckpt_epoch{epoch}.pt`: the resume may read the epoch from the file name
     keys: dict[str, str] = {}
     for saved in candidates:
         for key, value in (saved.event.detail.get("values") or {}).items():
@@ -1157,17 +1188,18 @@ _NOUN = {OPTIMIZER: "optimizer", SCHEDULER: "scheduler", SCALER: "GradScaler", P
 
 def _message(restore: Restore, missing: list[str], keys: dict[str, str], model: ModuleModel) -> str:
     ckpt = restore.bound or "ckpt"
-    advice = []
-    for item in missing:
-        key = keys.get(item, "epoch" if item == PROGRESS else item)
-        if item == PROGRESS:
-            advice.append(f'read the start epoch / step back from `{ckpt}["{key}"]`')
-        else:
-            obj = _name_of(model, _ROLE_OF[item], item)
-            advice.append(f'`{obj}.load_state_dict({ckpt}["{key}"])`')
-    nouns = " and ".join(_NOUN[i] for i in missing)
+    calls = [
+        f'`{_name_of(model, _ROLE_OF[item], item)}.load_state_dict({ckpt}["{keys.get(item, item)}"])`'
+        for item in missing
+        if item != PROGRESS
+    ]
+    clauses = [f"call {', '.join(calls)}"] if calls else []
+    if PROGRESS in missing:
+        clauses.append(f'read the start epoch / step from `{ckpt}["{keys.get(PROGRESS, "epoch")}"]`')
+    nouns = ", ".join(_NOUN[i] for i in missing[:-1]) + " and " * (len(missing) > 1) + _NOUN[missing[-1]]
+    them = "them" if len(missing) > 1 else "it"
     damage = "; ".join(_DAMAGE[i] for i in missing)
     return (
-        f"the resume loads a checkpoint that holds the {nouns} state but never restores it: "
-        f"{damage}; add {', '.join(advice)}"
+        f"the resume loads a checkpoint that holds the {nouns} state but never restores {them}: "
+        f"{damage}; {' and '.join(clauses)}"
     )

@@ -67,7 +67,7 @@ class _LoopView:
             return False
         form = reset.detail.get("form")
         target = reset.target
-        if form == "optimizer":
+        if form == "optimizer" or target == opt:  # opt.zero_grad(), or p.grad = None over opt.param_groups
             return target == opt
         params = _params_of(self.model, opt)
         if target is None:

@@ -24,6 +24,14 @@ from loopcheck.probe.stats import finite_probe_value, float_tensors, host_read
 
 _FOLD_AT = 4096  # records kept before they are folded into a block (long eval loops)
 
+# Modules that cannot turn finite inputs into NaN/Inf (nor finite output gradients into
+# non-finite input gradients): their outputs are not checked, the module that fed them is.
+_SAFE = (
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardswish,
+    nn.Hardsigmoid, nn.Softsign, nn.Mish, nn.ELU, nn.CELU, nn.SELU, nn.Identity, nn.Flatten, nn.Unflatten,
+    nn.modules.dropout._DropoutNd, nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd,
+)
+
 
 @dataclass
 class _Block:
@@ -54,16 +62,21 @@ class NonFiniteDetector(Detector):
         self._streak = 0
         self._recent: deque[bool] = deque(maxlen=self.config.skip_window)
         self._persistent_reported = False
-        self._module_by_name: dict[str, int] = {}
+        self._module_by_name = {qual: i for i, (qual, _) in enumerate(probe.modules)}
+        self._last: torch.Tensor | None = None
+        self._last_version = 0
 
     def attach(self) -> None:
         if not self.config.localize:
             return
         hooks = self.probe.hooks
+        roots = {id(m) for m in self.probe.models}
         for root in self.probe.models:
             index = self.probe.module_index[id(root)]
             hooks.enter_context(root.register_forward_pre_hook(self._input_hook(index)))
         for index, (_, module) in enumerate(self.probe.modules):
+            if isinstance(module, _SAFE) and id(module) not in roots:
+                continue
             hooks.enter_context(module.register_forward_hook(self._forward_hook(index)))
 
     # Recording (per forward / backward, no sync) --------------------------------------------
@@ -79,15 +92,23 @@ class NonFiniteDetector(Detector):
         return hook
 
     def _forward_hook(self, index: int) -> Callable[..., None]:
-        grad_hook = self._grad_hook(index)
+        grad_hook = self._grad_hook(index) if self.config.backward_hooks else None
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if not (self.enabled and self.probe.live):
                 return
             try:
                 for t in float_tensors(output):
-                    self._record_forward(t, index, 0)
-                    if t.requires_grad and t.grad_fn is not None and torch.is_grad_enabled():
+                    if t is self._last and t._version == self._last_version:
+                        # A container returning its last child's output: the same tensor, the
+                        # same verdict; record the container without a second reduction.
+                        self._fwd.append(self._fwd[-1])
+                        self._fwd_idx.append(index)
+                        self._fwd_kind.append(0)
+                    else:
+                        self._record_forward(t, index, 0)
+                        self._last, self._last_version = t, t._version
+                    if grad_hook is not None and t.requires_grad and t.grad_fn is not None and torch.is_grad_enabled():
                         t.register_hook(grad_hook)
             except Exception as err:
                 self.probe._fail(self, err)
@@ -137,6 +158,7 @@ class NonFiniteDetector(Detector):
         return block
 
     def _clear(self) -> None:
+        self._last = None
         self._fwd, self._fwd_idx, self._fwd_kind = [], [], []
         self._bwd, self._bwd_idx = [], []
 
@@ -248,11 +270,7 @@ class NonFiniteDetector(Detector):
                 message += (f"; parameters with non-finite gradients include "
                             f"{', '.join(name for name, _ in params[:4])}")
         elif norms and not all(norms):
-            params = self._bad_params(block, norms)
-            code, where = "LP104", params[0][1]
-            names_ = [name for name, _ in params]
-            message = (f"non-finite gradients at step {block.step} in {', '.join(names_[:4])}"
-                       f"{' and more' if len(names_) > 4 else ''}, with a finite loss and forward pass")
+            code, where, message = "LP104", *self._from_parameters(block, norms)
         if code is None:
             return False
         message += suffix
@@ -271,6 +289,65 @@ class NonFiniteDetector(Detector):
                 return block.forward[k]
         return block.forward[fwd.index(False)]
 
+    def _from_parameters(self, block: _Block, norms: list[bool]) -> tuple[str | None, str]:
+        """Backward localisation from parameter gradients and the forward completion order.
+
+        A NaN born in backward poisons the gradients of every parameter below it and none above.
+        So the module at fault completed (in forward) after the nearest-to-loss owner of a
+        non-finite gradient and before the next owner of finite ones: a parameter-free module
+        in between (a custom op, an activation written by hand), or else that owner itself.
+        """
+        params = self._bad_params(block, norms)
+        names = [name for name, _ in params]
+        listed = f"{', '.join(names[:4])}{' and more' if len(names) > 4 else ''}"
+        nearest = params[0][1]
+        order = self._completion(block, nearest)
+        index = self._module_by_name.get(nearest, -1)
+        if index not in order:
+            return nearest, f"non-finite gradients at step {block.step} in {listed}, with a finite loss and forward pass"
+        finite_owners = {self._module_by_name.get(self.probe.owner(p), -2)
+                         for p, ok in zip(self._norm_params(block), norms) if ok}
+        after = order[len(order) - 1 - order[::-1].index(index) + 1:]
+        between: list[int] = []
+        upper = None
+        for i in after:
+            if i in finite_owners:
+                upper = i
+                break
+            between.append(i)
+        modules = self.probe.modules
+        ancestors = {i for i in between if nearest.startswith(modules[i][0] + ".") or i in self._roots()}
+        suspects = [i for i in between if i not in ancestors and not any(
+            p.requires_grad for p in modules[i][1].parameters())]
+        above = f" while those of {modules[upper][0]} are finite" if upper is not None else ""
+        if suspects:
+            name, module = modules[suspects[-1]]
+            return name, (f"backward through {name} ({type(module).__name__}) produced NaN/Inf at step "
+                          f"{block.step}: the parameters below it have non-finite gradients ({listed}){above}")
+        return nearest, (f"non-finite gradients at step {block.step} from {nearest} down ({listed}){above}, "
+                         f"with a finite loss and forward pass")
+
+    def _completion(self, block: _Block, owner: str) -> list[int]:
+        """Module indices in completion order of the last forward pass of the block that ran `owner`."""
+        target = self._module_by_name.get(owner, -1)
+        segments: list[list[int]] = [[]]
+        for kind, index in zip(block.inputs, block.forward):
+            if kind:
+                segments.append([])
+            else:
+                segments[-1].append(index)
+        for segment in reversed(segments):
+            if target in segment:
+                return segment
+        return []
+
+    def _roots(self) -> set[int]:
+        return {self.probe.module_index[id(m)] for m in self.probe.models}
+
+    def _norm_params(self, block: _Block) -> list[Any]:
+        params = self.probe.opt_params[block.opt or 0]
+        return [params[j] for j in block.norms]
+
     def _bad_params(self, block: _Block, norms: list[bool]) -> list[tuple[str, str]]:
         """(parameter, owning module) with non-finite gradients, the ones nearest the loss first.
 
@@ -279,8 +356,6 @@ class NonFiniteDetector(Detector):
         """
         if block.opt is None:
             return []
-        if not self._module_by_name:
-            self._module_by_name = {qual: i for i, (qual, _) in enumerate(self.probe.modules)}
         completed = {index: k for k, index in enumerate(block.forward)}
         params = self.probe.opt_params[block.opt]
         bad = []

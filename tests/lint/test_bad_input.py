@@ -1,0 +1,143 @@
+"""Nothing a file contains makes the linter crash: bad files become errors, the rest is checked."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from loopcheck.lint import engine
+from loopcheck.lint.engine import check_file, check_paths, check_source
+from loopcheck.lint.rules import zero_grad
+
+BUGGY = textwrap.dedent("""
+    import torch
+    def train(model, loader):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.zero_grad()
+            optimizer.step()
+""")
+
+
+def test_syntax_error_is_an_error_with_its_line_and_other_files_still_run(tmp_path: Path) -> None:
+    (tmp_path / "a_broken.py").write_text("import torch\n\ndef train(:\n    pass\n")
+    (tmp_path / "b_train.py").write_text(BUGGY)
+    report = check_paths([tmp_path], jobs=1)
+    assert [(Path(e.path).name, e.line) for e in report.errors] == [("a_broken.py", 3)]
+    assert report.errors[0].message.startswith("syntax error")
+    assert [(Path(f.path).name, f.code) for f in report.findings] == [("b_train.py", "LC102")]
+
+
+def test_undecodable_bytes_are_an_error_with_their_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin.py"
+    path.write_bytes(b"import torch\n# caf\xe9\nx = 1\n")
+    result = check_file(path)
+    assert result.findings == []
+    assert [(e.line, e.message.split(":")[0]) for e in result.errors] == [(2, "cannot decode as utf-8")]
+
+
+def test_a_coding_cookie_is_honoured(tmp_path: Path) -> None:
+    path = tmp_path / "latin.py"
+    path.write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + BUGGY.encode())
+    result = check_file(path)
+    assert result.errors == [] and [f.code for f in result.findings] == ["LC102"]
+
+
+def test_an_unknown_coding_cookie_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "odd.py"
+    path.write_bytes(b"# coding: klingon\nimport torch\n")
+    result = check_file(path)
+    assert len(result.errors) == 1 and result.errors[0].line == 1
+
+
+def test_nul_bytes_are_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "binary.py"
+    path.write_bytes(b"import torch\nx = 1\n\x00\x01\x02")
+    result = check_file(path)
+    assert [(e.line, "NUL" in e.message) for e in result.errors] == [(3, True)]
+    assert check_source("import torch\n\0", "s.py").errors[0].line == 2
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "   \n# only a comment about torch\n"])
+def test_empty_files_give_nothing(text: str) -> None:
+    result = check_source(text, "empty.py")
+    assert result.findings == [] and result.errors == []
+
+
+def test_deeply_nested_parentheses_do_not_crash() -> None:
+    source = "import torch\nx = " + "(" * 200 + "1" + ")" * 200 + "\n" + BUGGY
+    result = check_source(source, "deep.py")
+    assert result.errors or [f.code for f in result.findings] == ["LC102"]
+
+
+def test_deeply_nested_blocks_do_not_crash() -> None:
+    lines = ["import torch", "def f(model, loader, optimizer):"]
+    indent = "    "
+    for depth in range(200):
+        lines.append(indent * (depth + 1) + f"if x{depth}:")
+    lines.append(indent * 201 + "model(x).backward()")
+    result = check_source("\n".join(lines) + "\n", "deep_if.py")
+    for error in result.errors:
+        assert error.path == "deep_if.py" and error.message
+
+
+def test_a_very_large_file_is_checked_quickly() -> None:
+    chunk = BUGGY.replace("def train(", "def train_{i}(")
+    source = "".join(chunk.replace("{i}", str(i)) for i in range(2600))  # ~20k lines
+    assert source.count("\n") > 19_000
+    start = time.perf_counter()
+    result = check_source(source, "big.py")
+    elapsed = time.perf_counter() - start
+    assert result.errors == [] and len(result.findings) == 2600
+    assert elapsed < 120  # generous: this guards against blow-ups, not speed
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can read a chmod 000 file")
+def test_an_unreadable_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "secret.py"
+    path.write_text(BUGGY)
+    path.chmod(0)
+    try:
+        result = check_file(path)
+    finally:
+        path.chmod(0o644)
+    assert result.findings == [] and "cannot read" in result.errors[0].message
+
+
+def test_a_folder_without_python_files_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("nothing here")
+    report = check_paths([tmp_path], jobs=1)
+    assert report.findings == [] and [e.message for e in report.errors] == ["no Python files found"]
+
+
+def test_a_failing_rule_is_reported_with_its_code_and_the_others_still_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    def explode(self, ctx):
+        raise KeyError("boom")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(zero_grad.ZeroGradMissing, "check", explode)
+    result = check_source(BUGGY, "t.py")
+    assert [(e.code, e.path) for e in result.errors] == [("LC101", "t.py")]
+    assert "KeyError" in result.errors[0].message and "\n" not in result.errors[0].message
+    assert [f.code for f in result.findings] == ["LC102"]
+
+
+def test_a_failing_model_build_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def explode(path, module, project=None):
+        raise RuntimeError("model exploded")
+
+    monkeypatch.setattr("loopcheck.lint.loopmodel.build_model", explode)
+    result = check_source(BUGGY, "t.py")
+    assert result.findings == [] and len(result.errors) == 1 and "model exploded" in result.errors[0].message
+
+
+def test_recursion_limit_is_restored() -> None:
+    before = __import__("sys").getrecursionlimit()
+    check_source(BUGGY, "t.py")
+    assert __import__("sys").getrecursionlimit() == before
+    assert engine  # the module under test

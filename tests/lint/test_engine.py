@@ -1,0 +1,140 @@
+"""The engine: discovery, per-file checking, parallel runs, dedupe, suppressions, the public API."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from loopcheck.lint.api import CodeFilter, lint_paths, lint_source
+from loopcheck.lint.engine import LintError, check_file, check_paths, check_source, discover
+
+BUGGY = textwrap.dedent("""
+    import torch
+
+    def train(model, loader):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = model(x, y)
+            loss.backward()
+            optimizer.zero_grad()
+            optimizer.step()
+""")
+
+
+def write(root: Path, rel: str, text: str) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_check_source_reports_sorted_findings_with_positions() -> None:
+    result = check_source(BUGGY, "train.py")
+    assert result.errors == []
+    assert [(f.code, f.path, f.line, f.column, f.end_line, f.end_column) for f in result.findings] == [
+        ("LC102", "train.py", 9, 9, 9, 30),
+    ]
+    assert result.findings[0].name == "zero-grad-between-backward-and-step"
+
+
+def test_a_finding_reached_twice_is_reported_once() -> None:
+    source = textwrap.dedent("""
+        import torch
+
+        def step(model, optimizer, x):
+            model(x).sum().backward()
+            optimizer.zero_grad()
+            optimizer.step()
+
+        def train(model, loader, val_loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                step(model, optimizer, x)
+            for x in val_loader:
+                step(model, optimizer, x)
+    """)
+    findings = check_source(source, "t.py").findings
+    assert [(f.code, f.line) for f in findings] == [("LC102", 6)]
+
+
+def test_enabled_selects_rules() -> None:
+    assert check_source(BUGGY, "t.py", enabled=lambda code: code != "LC102").findings == []
+    assert [f.code for f in lint_source(BUGGY, select=["LC1"])] == ["LC102"]
+    assert lint_source(BUGGY, select="LC2,LC3") == []
+    assert lint_source(BUGGY, ignore=["LC10"]) == []
+    assert CodeFilter(["lc1"], ["LC105"])("LC101") and not CodeFilter(["LC1"], ["LC105"])("LC105")
+
+
+def test_suppression_comments_are_applied() -> None:
+    source = BUGGY.replace("optimizer.zero_grad()", "optimizer.zero_grad()  # noqa: LC102")
+    result = check_source(source, "t.py")
+    assert result.findings == [] and len(result.suppressions_used) == 1
+    other = BUGGY.replace("optimizer.zero_grad()", "optimizer.zero_grad()  # loopcheck: ignore[LC101]")
+    assert [f.code for f in check_source(other, "t.py").findings] == ["LC102"]
+
+
+def test_lint_source_raises_a_clear_error_on_bad_source() -> None:
+    with pytest.raises(ValueError, match=r"<string>:2: syntax error"):
+        lint_source("import torch\ndef broken(:\n")
+
+
+def test_discover_skips_tool_folders_and_honours_excludes(tmp_path: Path) -> None:
+    for rel in ["a.py", "pkg/b.py", "pkg/sub/c.py", ".git/d.py", ".venv/e.py", "venv/f.py", "build/g.py",
+                "pkg/__pycache__/h.py", ".hidden/i.py", "node_modules/j.py", "gen/k.py", "notes.txt"]:
+        write(tmp_path, rel, "x = 1\n")
+    files, errors = discover([tmp_path], exclude=["gen", "*/sub/*"])
+    assert errors == []
+    assert sorted(f.relative_to(tmp_path).as_posix() for f in files) == ["a.py", "pkg/b.py"]
+    named, _ = discover([tmp_path / "gen" / "k.py"], exclude=["gen"])
+    assert named == [tmp_path / "gen" / "k.py"]
+
+
+def test_discover_reports_missing_paths_and_empty_folders(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    files, errors = discover([tmp_path / "nope.py", tmp_path / "empty"])
+    assert files == []
+    assert [(Path(e.path).name, e.message) for e in errors] == [
+        ("nope.py", "no such file or directory"), ("empty", "no Python files found"),
+    ]
+    assert errors[0].to_dict() == {"path": str(tmp_path / "nope.py"), "line": None, "message": "no such file or directory"}
+    assert LintError("a.py", 3, "boom", code="LC101").to_dict()["code"] == "LC101"
+
+
+def test_files_that_cannot_matter_are_skipped_unless_they_import_local_code(tmp_path: Path) -> None:
+    write(tmp_path, "util.py", "def add(a, b):\n    return a + b\n")
+    write(tmp_path, "engine.py", BUGGY)
+    write(tmp_path, "main.py", "from engine import train\n\nif __name__ == '__main__':\n    train(None, [])\n")
+    report = check_paths([tmp_path], jobs=1)
+    assert (report.files_checked, report.files_skipped) == (2, 1)
+    main = check_file(tmp_path / "main.py")
+    assert not main.skipped
+    assert [(Path(f.path).name, f.line, f.code) for f in main.findings] == [("engine.py", 9, "LC102")]
+
+
+def test_suppression_in_the_file_a_finding_points_into(tmp_path: Path) -> None:
+    write(tmp_path, "engine.py", BUGGY.replace("optimizer.zero_grad()", "optimizer.zero_grad()  # noqa: LC102"))
+    write(tmp_path, "main.py", "from engine import train\ntrain(None, [])\n")
+    assert check_file(tmp_path / "main.py").findings == []
+
+
+def test_parallel_and_serial_runs_agree(tmp_path: Path) -> None:
+    for i in range(10):
+        body = BUGGY if i % 2 else BUGGY.replace("loss.backward()\n        optimizer.zero_grad()",
+                                                   "optimizer.zero_grad()\n        loss.backward()")
+        write(tmp_path, f"train_{i}.py", body)
+    serial = check_paths([tmp_path], jobs=1)
+    parallel = check_paths([tmp_path], jobs=2)
+    assert serial.findings == parallel.findings
+    assert [Path(f.path).name for f in serial.findings] == [f"train_{i}.py" for i in (1, 3, 5, 7, 9)]
+    report = lint_paths(tmp_path, select=["LC102"], jobs=2)
+    assert len(report.findings) == 5 and report.errors == [] and report.files_checked == 10
+
+
+def test_paths_reported_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "proj/engine.py", BUGGY)
+    write(tmp_path, "proj/main.py", "from engine import train\ntrain(None, [])\n")
+    monkeypatch.chdir(tmp_path)
+    report = lint_paths(["proj"], jobs=1)
+    assert {f.path for f in report.findings} == {"proj/engine.py"}

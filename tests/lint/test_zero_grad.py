@@ -1,0 +1,369 @@
+"""LC101-LC105: where gradients are reset relative to backward() and step()."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from loopcheck.lint.api import lint_source
+
+
+def lc1(source: str) -> list[tuple[int, str]]:
+    findings = lint_source(textwrap.dedent(source), path="train.py", select=["LC1"])
+    return sorted((f.line or 0, f.code) for f in findings)
+
+
+# ---- bugs --------------------------------------------------------------------------------
+
+
+def test_missing_reset_is_reported_on_the_step() -> None:
+    assert lc1("""
+        import torch
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+    """) == [(8, "LC101")]
+
+
+def test_reset_once_per_epoch_does_not_count_for_the_batch_loop() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader, epochs):
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(epochs):
+                optimizer.zero_grad()
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+    """) == [(9, "LC101")]
+
+
+def test_missing_reset_message_names_the_optimizer_and_the_fix() -> None:
+    findings = lint_source(textwrap.dedent("""
+        import torch
+        def fit(net, data):
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for x, y in data:
+                torch.nn.functional.mse_loss(net(x), y).backward()
+                opt.step()
+    """), select=["LC101"])
+    assert len(findings) == 1
+    assert "`opt`" in findings[0].message and "zero_grad()" in findings[0].message
+
+
+def test_reset_between_backward_and_step() -> None:
+    findings = lint_source(textwrap.dedent("""
+        import torch
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                loss = model(x, y)
+                loss.backward()
+                optimizer.zero_grad()
+                optimizer.step()
+    """), select=["LC1"])
+    assert [(f.line, f.code) for f in findings] == [(7, "LC102")]
+    message = findings[0].message
+    assert message.startswith("`optimizer.zero_grad()` runs after `loss.backward()` and before `optimizer.step()`")
+    assert "Move the reset before the forward pass or after the step" in message
+
+
+def test_model_zero_grad_between_backward_and_step() -> None:
+    assert lc1("""
+        import torch
+        net = torch.nn.Linear(3, 3)
+        opt = torch.optim.Adam(net.parameters())
+        for x in data:
+            net(x).sum().backward()
+            net.zero_grad()
+            opt.step()
+    """) == [(7, "LC102")]
+
+
+def test_reset_in_a_helper_is_reported_in_the_helper() -> None:
+    assert lc1("""
+        import torch
+
+        def clip_and_reset(model, optimizer):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.zero_grad()
+
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                model(x).sum().backward()
+                clip_and_reset(model, optimizer)
+                optimizer.step()
+    """) == [(6, "LC102")]
+
+
+def test_step_moved_to_the_top_wipes_the_previous_backward() -> None:
+    # cyclic: backward of iteration i, then reset and step of iteration i + 1
+    assert lc1("""
+        import torch
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                optimizer.zero_grad()
+                optimizer.step()
+                model(x).sum().backward()
+    """) == [(6, "LC102")]
+
+
+def test_reset_every_micro_batch_breaks_accumulation() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader, accum_steps=4):
+            optimizer = torch.optim.AdamW(model.parameters())
+            for i, (x, y) in enumerate(loader):
+                optimizer.zero_grad(set_to_none=True)
+                loss = model(x, y) / accum_steps
+                loss.backward()
+                if (i + 1) % accum_steps == 0:
+                    optimizer.step()
+    """) == [(6, "LC103")]
+
+
+def test_skip_branch_that_still_steps() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader, optimizer):
+            for batch in loader:
+                optimizer.zero_grad()
+                loss = model(batch)
+                if torch.isfinite(loss):
+                    loss.backward()
+                optimizer.step()
+    """) == [(9, "LC104")]
+
+
+@pytest.mark.parametrize("guard", ["(i + 1) % accum == 0", "i % args.grad_accum_steps == 0",
+                                   "(step + 1) % gradient_accumulation_steps == 0 or last_batch"])
+def test_accumulated_loss_not_divided(guard: str) -> None:
+    assert lc1(f"""
+        import torch
+        def train(model, loader, optimizer, args, accum=4, gradient_accumulation_steps=4):
+            for i, (x, y) in enumerate(loader):
+                step = i
+                last_batch = i == len(loader) - 1
+                loss = model(x, y)
+                loss.backward()
+                if {guard}:
+                    optimizer.step()
+                    optimizer.zero_grad()
+    """) == [(8, "LC105")]
+
+
+# ---- correct look-alikes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("division", [
+    ["loss = model(x, y) / accum", "loss.backward()"],
+    ["loss = model(x, y)", "loss = loss / accum", "loss.backward()"],
+    ["loss = model(x, y)", "loss /= accum", "loss.backward()"],
+    ["(model(x, y) / accum).backward()"],
+    ["losses = [model(m, y) for m in x]", "loss = torch.stack(losses).mean()", "loss.backward()"],
+], ids=["inline", "reassigned", "augmented", "in-backward", "mean"])
+def test_divided_accumulation_is_clean(division: list[str]) -> None:
+    body = "\n".join("        " + line for line in division)
+    source = (
+        "import torch\n"
+        "def train(model, loader, optimizer, accum=4):\n"
+        "    for i, (x, y) in enumerate(loader):\n"
+        f"{body}\n"
+        "        if (i + 1) % accum == 0:\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n"
+    )
+    assert lint_source(source, select=["LC1"]) == []
+
+
+def test_gan_with_two_optimizers_and_model_resets_is_clean() -> None:
+    assert lc1("""
+        import torch
+        def train(netG, netD, loader, criterion):
+            optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4)
+            optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            for real in loader:
+                netD.zero_grad()
+                errD_real = criterion(netD(real), 1.0)
+                errD_real.backward()
+                fake = netG(torch.randn(64, 100))
+                errD_fake = criterion(netD(fake.detach()), 0.0)
+                errD_fake.backward()
+                optimizerD.step()
+                netG.zero_grad()
+                errG = criterion(netD(fake), 1.0)
+                errG.backward()
+                optimizerG.step()
+    """) == []
+
+
+def test_resetting_the_other_optimizer_between_backward_and_step_is_not_this_optimizers_problem() -> None:
+    assert lc1("""
+        import torch
+        def train(gen, disc, loader):
+            opt_g = torch.optim.Adam(gen.parameters())
+            opt_d = torch.optim.Adam(disc.parameters())
+            for x in loader:
+                opt_g.zero_grad()
+                gen(x).mean().backward()
+                opt_d.zero_grad()
+                opt_g.step()
+                disc(x).mean().backward()
+                opt_d.step()
+    """) == []
+
+
+def test_lbfgs_closure_is_clean() -> None:
+    assert lc1("""
+        import torch
+        def fit(model, x, y, iters=100):
+            optimizer = torch.optim.LBFGS(model.parameters(), lr=1)
+            for it in range(iters):
+                def closure():
+                    optimizer.zero_grad()
+                    loss = ((model(x) - y) ** 2).mean()
+                    loss.backward()
+                    return loss
+                optimizer.step(closure)
+    """) == []
+
+
+def test_grad_none_loop_counts_as_reset() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                for p in model.parameters():
+                    p.grad = None
+                model(x).sum().backward()
+                opt.step()
+    """) == []
+
+
+def test_grad_zero_over_param_groups_counts_as_reset() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+                for group in opt.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.grad.detach_()
+                            p.grad.zero_()
+    """) == []
+
+
+def test_reset_at_the_end_of_the_iteration_is_clean() -> None:
+    assert lc1("""
+        import torch
+        def train(model, batches, max_steps):
+            optimizer = torch.optim.AdamW(model.parameters())
+            it = iter(batches)
+            step = 0
+            while step < max_steps:
+                x, y = next(it)
+                model(x, y).backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+    """) == []
+
+
+def test_model_zero_grad_is_a_reset() -> None:
+    assert lc1("""
+        import torch
+        net = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x in data:
+            net.zero_grad()
+            net(x).sum().backward()
+            opt.step()
+    """) == []
+
+
+def test_reset_in_a_helper_and_trainer_method_is_clean() -> None:
+    assert lc1("""
+        import torch
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.Adam(model.parameters())
+
+            def reset(self):
+                self.optimizer.zero_grad()
+
+            def step(self, batch):
+                self.reset()
+                loss = self.model(batch)
+                loss.backward()
+                self.optimizer.step()
+
+            def fit(self, loader):
+                for batch in loader:
+                    self.step(batch)
+    """) == []
+
+
+def test_accumulation_with_guarded_reset_is_clean() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader, accum_steps):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for i, x in enumerate(loader):
+                if i % accum_steps == 0:
+                    optimizer.zero_grad()
+                (model(x) / accum_steps).backward()
+                if (i + 1) % accum_steps == 0:
+                    optimizer.step()
+    """) == []
+
+
+def test_micro_batches_in_an_inner_loop_are_clean() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader, chunks=4):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for batch in loader:
+                optimizer.zero_grad()
+                for micro in batch.chunk(chunks):
+                    (model(micro).mean() / chunks).backward()
+                optimizer.step()
+    """) == []
+
+
+def test_skipping_the_whole_iteration_is_clean() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader, optimizer):
+            for batch in loader:
+                optimizer.zero_grad()
+                loss = model(batch)
+                if not torch.isfinite(loss):
+                    continue
+                loss.backward()
+                optimizer.step()
+    """) == []
+
+
+def test_step_hidden_in_an_unknown_helper_is_not_guessed() -> None:
+    # the optimizer escapes into code the linter cannot see: it may well reset there
+    assert lc1("""
+        import torch
+        from somewhere import optimizer_step
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+                optimizer_step(optimizer)
+    """) == []
