@@ -248,7 +248,7 @@ def test_no_host_read_per_step(monkeypatch):
     item_calls = []
     real_item = torch.Tensor.item
     net, opt, sched = setup()
-    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False, every=25) as probe:
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False, every=25):
         def item(self):
             if sys._getframe(1).f_globals.get("__name__", "").startswith("loopcheck"):
                 item_calls.append(1)  # the optimizer's own .item() calls are not the probe's

@@ -99,7 +99,8 @@ class NonFiniteDetector(Detector):
                 return
             try:
                 for t in float_tensors(output):
-                    if t is self._last and t._version == self._last_version:
+                    version = -1 if t.is_inference() else t._version  # inference tensors have no counter
+                    if t is self._last and version >= 0 and version == self._last_version:
                         # A container returning its last child's output: the same tensor, the
                         # same verdict; record the container without a second reduction.
                         self._fwd.append(self._fwd[-1])
@@ -107,7 +108,7 @@ class NonFiniteDetector(Detector):
                         self._fwd_kind.append(0)
                     else:
                         self._record_forward(t, index, 0)
-                        self._last, self._last_version = t, t._version
+                        self._last, self._last_version = t, version
                     if grad_hook is not None and t.requires_grad and t.grad_fn is not None and torch.is_grad_enabled():
                         t.register_hook(grad_hook)
             except Exception as err:
