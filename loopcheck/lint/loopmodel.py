@@ -1944,8 +1944,10 @@ class _Builder:
     # ---- entry points ---------------------------------------------------------------------
 
     def run(self) -> ModuleModel:
+        from loopcheck.lint.positions import table_for
+
         unit = self.main
-        source = unit.module.code
+        source = table_for(unit.module).code
         called = set(re.findall(r"(?<![\w.])(?<!def )(?<!class )([A-Za-z_]\w*)\s*\(", source))
         self_called = set(re.findall(r"(?:\bself|\bcls|super\(\))\.([A-Za-z_]\w*)\s*\(", source))
         frame = _Frame(unit, name="<module>")

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict
-from contextlib import contextmanager
 from itertools import accumulate
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -27,40 +26,65 @@ if TYPE_CHECKING:
 _KEEP = 16  # position tables kept (files of one inlined call chain)
 
 
+class _Recorder:
+    """The context manager `record_syntactic_position` returns (cheaper than a generator)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(self, state: "_RecordingState", node: cst.CSTNode, start_node: cst.CSTNode | None,
+                 end_node: cst.CSTNode | None) -> None:
+        self.state = state
+        self.node = node
+        self.start_node = start_node
+        self.end_node = end_node
+        self.start = 0
+
+    def __enter__(self) -> None:
+        self.start = len(self.state.tokens)
+
+    def __exit__(self, *exc: object) -> bool:
+        ranges = self.state.ranges
+        start, end = self.start, len(self.state.tokens)
+        if self.start_node is not None and id(self.start_node) in ranges:
+            start = ranges[id(self.start_node)][0]
+        if self.end_node is not None and id(self.end_node) in ranges:
+            end = ranges[id(self.end_node)][1]
+        ranges[id(self.node)] = (start, end)
+        return False
+
+
 class _RecordingState(CodegenState):
-    """A codegen state that remembers token indexes instead of line/column per token."""
+    """A codegen state that remembers token indexes of syntactic ranges instead of tracking
+    line/column for every token."""
 
     def __init__(self, module: cst.Module) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
         self.ranges: dict[int, tuple[int, int]] = {}  # id(node) -> (first token, token after last)
-        self.outer: dict[int, tuple[int, int]] = {}  # whitespace-inclusive, for nodes with no syntactic range
+
+    def record_syntactic_position(  # type: ignore[override]
+        self,
+        node: cst.CSTNode,
+        *,
+        start_node: cst.CSTNode | None = None,
+        end_node: cst.CSTNode | None = None,
+    ) -> _Recorder:
+        return _Recorder(self, node, start_node, end_node)
+
+
+class _OuterState(_RecordingState):
+    """Also whitespace-inclusive ranges of every node (for the few node types with no syntactic
+    range; only built when such a node is asked about)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(module)
+        self.outer: dict[int, tuple[int, int]] = {}
         self._stack: list[int] = []
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         self._stack.append(len(self.tokens))
 
     def after_codegen(self, node: cst.CSTNode) -> None:
-        start = self._stack.pop()
-        self.outer[id(node)] = (start, len(self.tokens))
-
-    @contextmanager
-    def record_syntactic_position(
-        self,
-        node: cst.CSTNode,
-        *,
-        start_node: cst.CSTNode | None = None,
-        end_node: cst.CSTNode | None = None,
-    ) -> Iterator[None]:
-        start = len(self.tokens)
-        try:
-            yield
-        finally:
-            end = len(self.tokens)
-            if start_node is not None and id(start_node) in self.ranges:
-                start = self.ranges[id(start_node)][0]
-            if end_node is not None and id(end_node) in self.ranges:
-                end = self.ranges[id(end_node)][1]
-            self.ranges[id(node)] = (start, end)
+        self.outer[id(node)] = (self._stack.pop(), len(self.tokens))
 
 
 class PositionTable:
@@ -70,23 +94,21 @@ class PositionTable:
         self.module = module  # keeps the nodes alive, so their ids stay valid
         state = _RecordingState(module)
         module._codegen(state)
-        tokens = state.tokens
-        self._offsets = list(accumulate((len(t) for t in tokens), initial=0))
         self._ranges = state.ranges
-        self._outer = state.outer
-        code = "".join(tokens)
+        self._outer: dict[int, tuple[int, int]] | None = None
+        self._offsets = list(accumulate((len(t) for t in state.tokens), initial=0))
+        code = self.code = "".join(state.tokens)
         starts = [0]
         index = code.find("\n")
         while index != -1:
             starts.append(index + 1)
             index = code.find("\n", index + 1)
         self._line_starts = starts
-        self._code = code
 
     def _point(self, token_index: int, *, skip_space: bool = False) -> tuple[int, int]:
         offset = self._offsets[min(token_index, len(self._offsets) - 1)]
         if skip_space:  # whitespace-inclusive ranges start at the node's leading blank lines
-            code = self._code
+            code = self.code
             while offset < len(code) and code[offset] in " \t\r\n\\":
                 offset += 1
         line = bisect_right(self._line_starts, offset)
@@ -97,6 +119,10 @@ class PositionTable:
         found = self._ranges.get(id(node))
         inclusive = found is None
         if found is None:
+            if self._outer is None:
+                state = _OuterState(self.module)
+                self.module._codegen(state)
+                self._outer = state.outer  # same token stream: the offsets still apply
             found = self._outer.get(id(node))
         if found is None:
             return (1, 1, 1, 1)

@@ -28,6 +28,7 @@ from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.patching import MethodPatch
 from loopcheck.probe.sink import RunLog, print_summary
+from loopcheck.probe.stats import fused_norms, stack_scalars
 
 _LOCK = threading.Lock()
 _ACTIVE: "Probe | None" = None
@@ -371,14 +372,7 @@ class Probe:
                 grads.append(g)
         result: tuple[torch.Tensor | None, list[int]] = (None, [])
         if grads:
-            with torch.no_grad():
-                try:
-                    norms = list(torch._foreach_norm(grads))
-                except (RuntimeError, TypeError, AttributeError):
-                    norms = [torch.linalg.vector_norm(g) for g in grads]
-                device = norms[0].device
-                vec = torch.stack([n.to(device, torch.float32, non_blocking=True) for n in norms])
-            result = (vec, positions)
+            result = (stack_scalars(fused_norms(grads)), positions)
         self._norms[i] = (self._serial, result)
         return result
 

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 _HALF = (torch.float16, torch.bfloat16)
+_FLOAT32_OK = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class RobustLevel:
@@ -74,6 +75,31 @@ def finite_probe_value(t: torch.Tensor) -> torch.Tensor:
     if t.dtype in _HALF:
         return t.detach().sum(dtype=torch.float32)
     return t.detach().sum()
+
+
+def fused_norms(tensors: Sequence[torch.Tensor], ord: float = 2) -> list[torch.Tensor]:
+    """Per-tensor norms as float32 0-d tensors on each tensor's device, in one fused call if possible.
+
+    Half precision is reduced in float32 (a float16 norm overflows at 65504). No host sync.
+    """
+    with torch.no_grad():
+        try:
+            if all(t.dtype in _FLOAT32_OK for t in tensors):
+                return list(torch._foreach_norm(tensors, ord, dtype=torch.float32))
+            return [n.float() for n in torch._foreach_norm(tensors, ord)]
+        except (RuntimeError, TypeError, AttributeError):  # older torch, unusual tensors
+            return [torch.linalg.vector_norm(t, ord, dtype=torch.float32 if t.dtype in _HALF else None).float()
+                    for t in tensors]
+
+
+def stack_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Stack 0-d tensors into a vector on the first one's device (no host sync)."""
+    with torch.no_grad():
+        try:
+            return torch.stack(values)  # type: ignore[arg-type]
+        except RuntimeError:  # several devices (a model split across GPUs) or dtypes
+            device = values[0].device
+            return torch.stack([v.to(device, torch.float32, non_blocking=True) for v in values])
 
 
 def host_read(tensor: torch.Tensor) -> torch.Tensor:

@@ -58,11 +58,20 @@ def edits_between(old: str, new: str) -> list[Edit]:
     for line in a:
         a_starts.append(a_starts[-1] + len(line))
     starts = _line_starts(old)
+    # A fix touches a few lines of a possibly huge file: match the unchanged head and tail
+    # directly and give only the middle to difflib, whose cost grows with the square of it.
+    lo = 0
+    while lo < min(len(a), len(b)) and a[lo] == b[lo]:
+        lo += 1
+    hi = 0
+    while hi < min(len(a), len(b)) - lo and a[-1 - hi] == b[-1 - hi]:
+        hi += 1
     out: list[Edit] = []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    matcher = difflib.SequenceMatcher(None, a[lo : len(a) - hi], b[lo : len(b) - hi], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
+        i1, i2, j1, j2 = i1 + lo, i2 + lo, j1 + lo, j2 + lo
         before, after = "".join(a[i1:i2]), "".join(b[j1:j2])
         head = tail = 0
         if i2 - i1 == 1 and j2 - j1 == 1:  # one changed line: narrow to the changed characters

@@ -1,13 +1,15 @@
 """LP103 / LP104 / LP105: NaN and Inf in forward outputs, gradients and the loss.
 
-The cheap path, every step and without a host sync: each module's forward hook reduces its
-output (and inputs) to one number whose finiteness is that of the whole tensor, and a tensor
-hook on the output does the same for its gradient; at the optimizer step these numbers, the
-loss and the per-parameter gradient norms become one boolean vector on the device. Every
-`every` steps the vectors are read at once; only when one holds a False does the detector walk
-it, in execution order, to name the module (forward), the module whose gradient became
-non-finite (backward) or the loss. GradScaler skips are normal overflow handling: their
-records are dropped, and only a persistent run of skips is reported.
+The cheap path, every step and without a host sync: the input batch and the output of each
+module that needs it are reduced to one number whose finiteness is that of the whole tensor;
+torch's dense layers and normalisations are not reduced but judged by their parameters, whose
+per-tensor norms are taken once per step (see `loopcheck.probe.layers`); with `backward_hooks`, a
+tensor hook on each output does the same for its gradient. At the optimizer step these numbers,
+the loss and the per-parameter gradient norms are stacked into one vector on the device. Every
+`every` steps the vectors are checked and read at once; only when one holds a non-finite value
+does the detector walk it, in execution order, to name the module (forward), the module whose
+gradient became non-finite (backward) or the loss. GradScaler skips are normal overflow handling:
+their records are dropped, and only a persistent run of skips is reported.
 """
 
 from __future__ import annotations
@@ -19,32 +21,38 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from loopcheck.probe import layers
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import finite_probe_value, float_tensors, host_read
+from loopcheck.probe.stats import finite_probe_value, float_tensors, fused_norms, host_read, stack_scalars
 
-_FOLD_AT = 4096  # records kept before they are folded into a block (long eval loops)
+_FOLD_AT = 4096  # forward records kept before they are folded into a block (long eval loops)
 
-# Modules that cannot turn finite inputs into NaN/Inf (nor finite output gradients into
-# non-finite input gradients): their outputs are not checked, the module that fed them is.
-_SAFE = (
-    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardswish,
-    nn.Hardsigmoid, nn.Softsign, nn.Mish, nn.ELU, nn.CELU, nn.SELU, nn.Identity, nn.Flatten, nn.Unflatten,
-    nn.modules.dropout._DropoutNd, nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd,
-)
+# Kinds of forward records. OUTPUT and INPUT carry a reduced value; COVERED records that a dense
+# layer ran (judged by its parameters); PASSED that a module returned such a layer's output unchanged.
+_OUTPUT, _INPUT, _COVERED, _PASSED = 0, 1, 2, 3
+_REDUCED = (_OUTPUT, _INPUT)
 
 
 @dataclass
 class _Block:
-    """One step's finiteness vector and its layout: [inputs..., outputs..., loss, grads..., norms...]."""
+    """One step's records. Values: [reduced forward..., loss, output grads..., parameter norms...] then grad norms."""
 
     step: int
     opt: int | None
-    finite: torch.Tensor
-    inputs: list[int]  # forward record -> 1 when the record is a module input, 0 for an output
+    values: torch.Tensor | None  # stacked 0-d records, on the device
+    vec: torch.Tensor | None  # per-parameter gradient norms (Probe.grad_norms)
+    kinds: list[int]  # kind of each forward record
     forward: list[int]  # module index of each forward record, in completion order
     loss: bool
     backward: list[int]  # module index of each output-gradient record, in backward order
-    norms: list[int]  # positions in opt_params[opt] of the norm entries
+    state: list[tuple[int, torch.Tensor]]  # (module index, parameter) of each parameter norm
+    norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
+
+    def parts(self) -> list[torch.Tensor]:
+        return [t for t in (self.values, self.vec) if t is not None]
+
+    def size(self) -> int:
+        return sum(t.numel() for t in self.parts())
 
 
 class NonFiniteDetector(Detector):
@@ -55,6 +63,7 @@ class NonFiniteDetector(Detector):
         self._fwd: list[torch.Tensor] = []
         self._fwd_idx: list[int] = []
         self._fwd_kind: list[int] = []
+        self._ran: dict[int, None] = {}  # covered modules that ran since the last block, in order
         self._bwd: list[torch.Tensor] = []
         self._bwd_idx: list[int] = []
         self._blocks: list[_Block] = []
@@ -63,8 +72,10 @@ class NonFiniteDetector(Detector):
         self._recent: deque[bool] = deque(maxlen=self.config.skip_window)
         self._persistent_reported = False
         self._module_by_name = {qual: i for i, (qual, _) in enumerate(probe.modules)}
+        self._depth = 0  # probed models whose forward is running
         self._last: torch.Tensor | None = None
         self._last_version = 0
+        self._last_reduced = False
 
     def attach(self) -> None:
         if not self.config.localize:
@@ -75,55 +86,79 @@ class NonFiniteDetector(Detector):
             index = self.probe.module_index[id(root)]
             hooks.enter_context(root.register_forward_pre_hook(self._input_hook(index)))
         for index, (_, module) in enumerate(self.probe.modules):
-            if isinstance(module, _SAFE) and id(module) not in roots:
+            root = id(module) in roots
+            if not root and (layers.is_safe(module) or layers.is_pass_through(module)):
                 continue
-            hooks.enter_context(module.register_forward_hook(self._forward_hook(index)))
+            covered = not root and layers.is_covered(module)
+            hooks.enter_context(module.register_forward_hook(self._forward_hook(index, module, root, covered)))
 
     # Recording (per forward / backward, no sync) --------------------------------------------
     def _input_hook(self, index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any) -> None:
             if not (self.enabled and self.probe.live):
                 return
+            self._depth += 1
             try:
                 for t in float_tensors(args):
-                    self._record_forward(t, index, 1)
+                    self._record_forward(t, index, _INPUT)
             except Exception as err:
                 self.probe._fail(self, err)
         return hook
 
-    def _forward_hook(self, index: int) -> Callable[..., None]:
+    def _forward_hook(self, index: int, module: nn.Module, root: bool, covered: bool) -> Callable[..., None]:
         grad_hook = self._grad_hook(index) if self.config.backward_hooks else None
+        ran = self._ran
+        stats = covered and isinstance(module, layers.RUNNING_STATS)
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if not (self.enabled and self.probe.live):
                 return
             try:
+                if root:
+                    self._depth = max(self._depth - 1, 0)
+                trusted = covered and self._depth > 0 and not (stats and layers.uses_running_stats(module))
                 for t in float_tensors(output):
                     version = -1 if t.is_inference() else t._version  # inference tensors have no counter
-                    if t is self._last and version >= 0 and version == self._last_version:
-                        # A container returning its last child's output: the same tensor, the
-                        # same verdict; record the container without a second reduction.
-                        self._fwd.append(self._fwd[-1])
-                        self._fwd_idx.append(index)
-                        self._fwd_kind.append(0)
+                    if trusted and t.dtype is not torch.float16:  # float16 overflows: reduce it
+                        ran[index] = None
+                        self._note(index, _COVERED)
+                        self._last, self._last_version, self._last_reduced = t, version, False
+                    elif (kind := self._repeat(t, version, root)) is not None:
+                        if kind == _OUTPUT:
+                            self._fwd.append(self._fwd[-1])
+                        self._note(index, kind)
                     else:
-                        self._record_forward(t, index, 0)
-                        self._last, self._last_version = t, version
+                        self._record_forward(t, index, _OUTPUT)
+                        self._last, self._last_version, self._last_reduced = t, version, True
                     if grad_hook is not None and t.requires_grad and t.grad_fn is not None and torch.is_grad_enabled():
                         t.register_hook(grad_hook)
             except Exception as err:
                 self.probe._fail(self, err)
         return hook
 
+    def _repeat(self, t: torch.Tensor, version: int, root: bool) -> int | None:
+        """The record for `t` when it is the tensor just recorded, unchanged: a container returning its
+        last child's output has the same verdict, and the child comes first in execution order."""
+        if t is not self._last or version < 0 or version != self._last_version:
+            return None
+        if self._last_reduced:
+            return _OUTPUT if self._fwd else None
+        return None if root else _PASSED  # a probed model's output is always reduced
+
     def _record_forward(self, t: torch.Tensor, index: int, kind: int) -> None:
         value = finite_probe_value(t)
         if value.dtype != torch.float32:
             value = value.float()
         self._fwd.append(value)
+        self._note(index, kind)
+
+    def _note(self, index: int, kind: int) -> None:
         self._fwd_idx.append(index)
         self._fwd_kind.append(kind)
-        if len(self._fwd) >= _FOLD_AT:
-            self._fold(opt=None)
+        if len(self._fwd_idx) >= _FOLD_AT:
+            block = self._fold(opt=None)
+            if block is not None:
+                self._blocks.append(block)
 
     def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
@@ -144,27 +179,31 @@ class NonFiniteDetector(Detector):
         if loss is not None:
             scalars = scalars + [loss.float().reshape(())]
         scalars = scalars + self._bwd
+        state: list[tuple[int, torch.Tensor]] = []
+        if self._ran:
+            modules = self.probe.modules
+            state = [(i, p) for i in self._ran for p in modules[i][1]._parameters.values() if p is not None]
+            if state:
+                # L1 norms: finite exactly when every value is, and far from overflowing
+                scalars = scalars + fused_norms([p for _, p in state], 1)
         vec, positions = self.probe.grad_norms(opt) if opt is not None else (None, [])
-        pieces = [torch.stack(_same_device(scalars))] if scalars else []
-        if vec is not None:
-            pieces.append(vec)
         block = None
-        if pieces:
-            with torch.no_grad():
-                finite = torch.isfinite(torch.cat(_same_device(pieces)) if len(pieces) > 1 else pieces[0])
-            block = _Block(self.probe.step + (1 if opt is not None else 0), opt, finite,
-                           self._fwd_kind, self._fwd_idx, loss is not None, self._bwd_idx,
-                           positions if vec is not None else [])
+        if scalars or vec is not None:
+            block = _Block(self.probe.step + (1 if opt is not None else 0), opt,
+                           stack_scalars(scalars) if scalars else None, vec, self._fwd_kind, self._fwd_idx,
+                           loss is not None, self._bwd_idx, state, positions if vec is not None else [])
         self._clear()
         return block
 
     def _clear(self) -> None:
         self._last = None
         self._fwd, self._fwd_idx, self._fwd_kind = [], [], []
+        self._ran.clear()
         self._bwd, self._bwd_idx = [], []
 
     # Step boundaries -------------------------------------------------------------------------
     def on_step_pre(self, index: int, optimizer: Any) -> None:
+        self._depth = 0  # a forward that raised never ran its exit hook
         block = self._fold(index)
         if block is not None:
             self._blocks.append(block)
@@ -192,7 +231,7 @@ class NonFiniteDetector(Detector):
         note = (f"the GradScaler skipped {self._streak} steps in a row ({skipped} of the last "
                 f"{len(self._recent)}): not occasional overflow but a persistent non-finite value")
         block = self._fold(index)
-        if block is not None and not self._localise(block, host_read(block.finite).tolist(), note):
+        if block is not None and not self._localise(block, _flags([block]), note):
             block = None
         if block is None:
             self.report("LP104", f"{note}; training makes no progress while every step is skipped")
@@ -205,13 +244,13 @@ class NonFiniteDetector(Detector):
         blocks, self._blocks = self._blocks, []
         if not blocks:
             return
-        finite = torch.cat([b.finite for b in blocks]) if len(blocks) > 1 else blocks[0].finite
+        finite = _finite(blocks)
         if bool(host_read(finite.all())):
             return
         flags = host_read(finite).tolist()
         offset = 0
         for block in blocks:
-            n = block.finite.numel()
+            n = block.size()
             part = flags[offset:offset + n]
             offset += n
             if all(part):
@@ -227,29 +266,35 @@ class NonFiniteDetector(Detector):
     # Localisation (only when a non-finite value was seen) -----------------------------------
     def _localise(self, block: _Block, flags: list[bool], note: str | None) -> bool:
         names = self.probe.modules
-        nf = len(block.forward)
+        nf = sum(kind in _REDUCED for kind in block.kinds)
         fwd, rest = flags[:nf], flags[nf:]
         loss_ok = rest[0] if block.loss else True
         rest = rest[1:] if block.loss else rest
-        nb = len(block.backward)
-        bwd, norms = rest[:nb], rest[nb:]
+        nb, ns = len(block.backward), len(block.state)
+        bwd, state, norms = rest[:nb], rest[nb:nb + ns], rest[nb + ns:]
+        bad_state: dict[int, list[str]] = {}
+        for (index, p), ok in zip(block.state, state):
+            if not ok:
+                bad_state.setdefault(index, []).append(self.probe.param_name(p))
         suffix = f" ({note})" if note else ""
         code, where, message = None, None, ""
-        bad_fwd = [k for k, ok in enumerate(fwd) if not ok]
-        if bad_fwd:
-            k = bad_fwd[0]
-            index = block.forward[k]
+        fault = self._first_forward_fault(block, fwd, bad_state)
+        if fault is not None:
+            index, kind, unchecked = fault
             name, module = names[index]
-            if block.inputs[k]:
-                code, where = "LP103", name
+            code, where = "LP103", name
+            if kind == _INPUT:
                 message = (f"the input batch of {name} already contains NaN/Inf at step {block.step}: "
                            f"the data (or its preprocessing) is the source")
             else:
-                culprit = self._first_bad_output(block, fwd)
-                name, module = names[culprit]
-                code, where = "LP103", name
                 message = (f"{name} ({type(module).__name__}) is the first module, in execution order, whose "
                            f"forward output is NaN/Inf (step {block.step}); everything after it inherits the value")
+                if kind == _COVERED:
+                    message += f": its parameters {', '.join(bad_state[index][:4])} hold NaN/Inf"
+                elif unchecked and index in self._roots():
+                    listed = ", ".join(names[i][0] for i in unchecked[-3:])
+                    message += (f" (the layers that ran before it, e.g. {listed}, have finite parameters and were "
+                                f"not checked one by one: a float overflow in one of them also shows here)")
         elif not loss_ok:
             code, where = "LP105", None
             message = (f"the loss is NaN/Inf at step {block.step} while every module output was finite: "
@@ -279,16 +324,29 @@ class NonFiniteDetector(Detector):
         self.report(code, message, where=where, step=block.step)
         return True
 
-    def _first_bad_output(self, block: _Block, fwd: list[bool]) -> int:
-        """The first module, in completion order, whose output is non-finite.
+    def _first_forward_fault(self, block: _Block, fwd: list[bool],
+                             bad_state: dict[int, list[str]]) -> tuple[int, int, list[int]] | None:
+        """The first forward record, in completion order, that shows a non-finite value.
 
         Hooks fire when a module returns, so a child reports before its parent; a parent whose
-        own code produced the NaN before calling a child shows up as the child's bad output.
+        own code produced the NaN before calling a child shows up as the child's bad output. A
+        covered layer shows one when it ran with non-finite parameters. Returns (module index,
+        kind, the covered layers that ran since the last reduced record).
         """
-        for k, ok in enumerate(fwd):
-            if not ok and not block.inputs[k]:
-                return block.forward[k]
-        return block.forward[fwd.index(False)]
+        k = 0
+        unchecked: list[int] = []
+        for index, kind in zip(block.forward, block.kinds):
+            if kind in _REDUCED:
+                ok = fwd[k]
+                k += 1
+                if not ok:
+                    return index, kind, unchecked
+                unchecked = []
+            elif kind == _COVERED:
+                if index in bad_state:
+                    return index, kind, unchecked
+                unchecked.append(index)
+        return None
 
     def _from_parameters(self, block: _Block, norms: list[bool]) -> tuple[str | None, str]:
         """Backward localisation from parameter gradients and the forward completion order.
@@ -332,8 +390,8 @@ class NonFiniteDetector(Detector):
         """Module indices in completion order of the last forward pass of the block that ran `owner`."""
         target = self._module_by_name.get(owner, -1)
         segments: list[list[int]] = [[]]
-        for kind, index in zip(block.inputs, block.forward):
-            if kind:
+        for kind, index in zip(block.kinds, block.forward):
+            if kind == _INPUT:
                 segments.append([])
             else:
                 segments[-1].append(index)
@@ -375,3 +433,16 @@ def _same_device(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     if all(t.device == device for t in tensors):
         return tensors
     return [t.to(device, non_blocking=True) for t in tensors]
+
+
+def _finite(blocks: list[_Block]) -> torch.Tensor:
+    """One boolean vector for all the blocks' records, on the device (no sync)."""
+    parts = [t for block in blocks for t in block.parts()]
+    with torch.no_grad():
+        if len(parts) == 1:
+            return torch.isfinite(parts[0])
+        return torch.isfinite(torch.cat(_same_device(parts)))
+
+
+def _flags(blocks: list[_Block]) -> list[bool]:
+    return host_read(_finite(blocks)).tolist()

@@ -1,0 +1,76 @@
+"""How the non-finite check treats each module: skip it, judge it by its parameters, or reduce its output.
+
+Reducing every module output to one number is exact but reads every activation once more, which
+is most of the probe's cost on a convolutional network. Most modules do not need it:
+
+- SAFE modules cannot turn finite inputs into NaN/Inf (nor finite output gradients into non-finite
+  input gradients): activations, dropout, pooling, softmax. They get no hook at all.
+- COVERED modules are torch's own dense layers and normalisations (linear, convolution, batch /
+  layer / group / instance norm, with eps > 0). Given finite inputs their output is non-finite only
+  when a parameter is (a NaN weight reaches every output channel it feeds) or through a float
+  overflow. Their outputs are not reduced: the probe records when they ran and, once per step,
+  the finiteness of their parameters, which is far less data than their outputs.
+- PASS-THROUGH containers (a plain `nn.Sequential`) return their last child's output unchanged
+  and get no hook.
+- Everything else (custom modules, embeddings, attention, anything with hooks or parametrizations
+  of its own) has its output reduced, as do the probed models themselves.
+
+A covered module called outside a probed model's forward (e.g. `model.head(x)` from the loop) or
+a normalisation that uses running statistics (eval mode) has its output reduced as well.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
+from torch.nn.modules.lazy import LazyModuleMixin
+
+SAFE = (
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardswish,
+    nn.Hardsigmoid, nn.Softsign, nn.Mish, nn.ELU, nn.CELU, nn.SELU, nn.Identity, nn.Flatten, nn.Unflatten,
+    nn.modules.dropout._DropoutNd, nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd,
+    # a mean lies between the smallest and the largest of finite values; softmax of finite values
+    # is in [0, 1] and its log is finite (both are computed shifted by the maximum)
+    nn.modules.pooling._AvgPoolNd, nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.Softmax, nn.Softmin, nn.LogSoftmax, nn.Softmax2d, nn.PixelShuffle, nn.PixelUnshuffle,
+)
+
+_DENSE = [
+    nn.Linear, nn.Bilinear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+    nn.ConvTranspose3d, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.InstanceNorm1d,
+    nn.InstanceNorm2d, nn.InstanceNorm3d, nn.LayerNorm, nn.GroupNorm,
+]
+if hasattr(nn, "RMSNorm"):
+    _DENSE.append(nn.RMSNorm)
+# Subclasses that keep torch's forward are covered; one with a forward of its own is not.
+_COVERED_FORWARDS = frozenset(cls.forward for cls in _DENSE)
+
+
+RUNNING_STATS = (_BatchNorm, _InstanceNorm)
+
+
+def is_safe(module: nn.Module) -> bool:
+    return isinstance(module, SAFE)
+
+
+def is_pass_through(module: nn.Module) -> bool:
+    """A container whose output is its last child's output, with no code or hooks of its own."""
+    return (type(module).forward is nn.Sequential.forward and len(module) > 0
+            and not module._forward_hooks and not module._forward_pre_hooks)
+
+
+def is_covered(module: nn.Module) -> bool:
+    """A torch dense layer or normalisation whose output is finite when its inputs and parameters are."""
+    if type(module).forward not in _COVERED_FORWARDS or isinstance(module, LazyModuleMixin):
+        return False
+    if module._forward_hooks or module._forward_pre_hooks or getattr(module, "parametrizations", None):
+        return False  # weight_norm / spectral_norm / user hooks compute or change things we would not see
+    eps = getattr(module, "eps", 1.0)
+    return eps is None or eps > 0
+
+
+def uses_running_stats(module: nn.Module) -> bool:
+    """A normalisation that normalises with its running statistics (buffers, not parameters) right now."""
+    return (isinstance(module, RUNNING_STATS) and not module.training
+            and getattr(module, "running_var", None) is not None)
