@@ -4,19 +4,19 @@ The public API:
 
 - `lint_source(source, path=...)` and `lint_paths(paths, ...)`: the static analyzer (no torch needed);
 - `probe(model, optimizer, ...)`: the runtime probe, a context manager (imports torch on first use);
-- `Finding`, `Severity`, `ProbeError`.
+- `Finding`, `Severity`, `ProbeError`, `ProbeUsageError`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from loopcheck.errors import ProbeError
+from loopcheck.errors import ProbeError, ProbeUsageError
 from loopcheck.findings import Finding, Severity
 
 __version__ = "0.1.0"
 
-__all__ = ["Finding", "ProbeError", "Severity", "lint_paths", "lint_source", "probe", "__version__"]
+__all__ = ["Finding", "ProbeError", "ProbeUsageError", "Severity", "lint_paths", "lint_source", "probe", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -20,5 +20,9 @@ class ProbeError(LoopcheckError):
         self.finding = finding
 
 
+class ProbeUsageError(LoopcheckError, ValueError):
+    """The probe was given something it cannot work with (bad argument, unknown option, misuse)."""
+
+
 class ConfigError(LoopcheckError):
     """A configuration file or option is invalid; the message names the key and the file."""

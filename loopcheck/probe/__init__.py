@@ -20,7 +20,8 @@ import sys
 import types
 from typing import Any
 
-from loopcheck.probe.config import ProbeConfig, ProbeUsageError
+from loopcheck.errors import ProbeUsageError
+from loopcheck.probe.config import ProbeConfig
 
 __all__ = ["Detector", "Probe", "ProbeConfig", "ProbeUsageError", "ProbeWarning"]
 

@@ -9,10 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from loopcheck.catalog import codes
-
-
-class ProbeUsageError(ValueError):
-    """The probe was given something it cannot work with (bad argument, unknown option, misuse)."""
+from loopcheck.errors import ProbeUsageError
 
 
 @dataclass(frozen=True)

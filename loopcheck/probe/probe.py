@@ -20,10 +20,10 @@ from torch import nn
 from torch.optim import Optimizer
 
 from loopcheck.catalog import page
-from loopcheck.errors import ProbeError
+from loopcheck.errors import ProbeError, ProbeUsageError
 from loopcheck.findings import Finding
 from loopcheck.probe import distributed
-from loopcheck.probe.config import ProbeConfig, ProbeUsageError
+from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.patching import MethodPatch
@@ -200,8 +200,11 @@ class Probe:
     def _install(self) -> None:
         hooks = self.hooks
         for i, root in enumerate(self.models):
-            hooks.enter_context(root.register_forward_pre_hook(self._forward_pre_hook(i)))
-            hooks.enter_context(root.register_forward_hook(self._forward_hook(i)))
+            # A hook nobody listens to still costs every forward pass.
+            if self._calls["on_forward_pre"]:
+                hooks.enter_context(root.register_forward_pre_hook(self._forward_pre_hook(i)))
+            if self._calls["on_forward"]:
+                hooks.enter_context(root.register_forward_hook(self._forward_hook(i)))
         for i, opt in enumerate(self.optimizers):
             hooks.enter_context(opt.register_step_pre_hook(self._step_pre_hook(i)))
             hooks.enter_context(opt.register_step_post_hook(self._step_post_hook(i)))

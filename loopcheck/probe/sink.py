@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from loopcheck.catalog import page
 from loopcheck.findings import Finding
-from loopcheck.probe.config import ProbeUsageError
+from loopcheck.errors import ProbeUsageError
 
 if TYPE_CHECKING:
     from loopcheck.probe.probe import Probe

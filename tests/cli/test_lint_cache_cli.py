@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import loopcheck.lint.command as command
-from conftest import UNSAFE_LOAD, write
+from .conftest import UNSAFE_LOAD, write
 
 MODEL = textwrap.dedent(
     """\

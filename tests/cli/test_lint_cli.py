@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLEAN, OLD_AMP, SOFTMAX_CE, UNSAFE_LOAD, line_of, write
+from .conftest import CLEAN, OLD_AMP, SOFTMAX_CE, UNSAFE_LOAD, line_of, write
 
 SCHEMA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sarif-schema-2.1.0.json"
 ANSI = re.compile(r"\x1b\[")

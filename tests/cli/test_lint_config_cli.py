@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import OLD_AMP, SOFTMAX_CE, UNSAFE_LOAD, write
+from .conftest import OLD_AMP, SOFTMAX_CE, UNSAFE_LOAD, write
 
 
 def codes(result) -> list[tuple[str, str, str]]:

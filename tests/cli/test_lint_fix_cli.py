@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import OLD_AMP, UNSAFE_LOAD, write
+from .conftest import OLD_AMP, UNSAFE_LOAD, write
 
 pytest.importorskip("loopcheck.lint.fixes")
 from loopcheck.lint.fixes import applicability  # noqa: E402

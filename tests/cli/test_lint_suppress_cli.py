@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import UNSAFE_LOAD, write
+from .conftest import UNSAFE_LOAD, write
 from loopcheck.catalog import page
 
 

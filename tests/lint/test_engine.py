@@ -138,3 +138,35 @@ def test_paths_reported_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.chdir(tmp_path)
     report = lint_paths(["proj"], jobs=1)
     assert {f.path for f in report.findings} == {"proj/engine.py"}
+
+
+def test_shared_node_walk_matches_libcst_visiting_order() -> None:
+    import libcst as cst
+
+    from loopcheck.lint.rules.base import FileContext
+
+    source = textwrap.dedent("""
+        @torch.no_grad()
+        def f(a: int = g(1), *, b=h[2:3]) -> T:
+            try:
+                x = {k(v): [w(z) for z in y if p(z)] for k, v in d.items()}
+            except (E1, E2) as e:
+                raise Q(e) from e
+            return m(x) if c(x) else n(lambda q: r(q))
+    """)
+    module = cst.parse_module(source)
+    ctx = FileContext("f.py", source, module)
+
+    class Calls(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.found: list[cst.Call] = []
+
+        def visit_Call(self, node: cst.Call) -> None:
+            self.found.append(node)
+
+    visitor = Calls()
+    module.visit(visitor)
+    assert [id(n) for n in ctx.nodes(cst.Call)] == [id(n) for n in visitor.found]
+    assert len(visitor.found) == 11
+    first = ctx.nodes(cst.Call)[0]
+    assert isinstance(ctx.parent(first), cst.Decorator) and ctx.parent(module) is None

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from torch.optim import lr_scheduler
 
 import loopcheck
-from conftest import Batches, Net
+from .conftest import Batches, Net
 from loopcheck import ProbeError
 from loopcheck.probe import Probe, ProbeUsageError, ProbeWarning
 from loopcheck.probe.detectors import default_detectors

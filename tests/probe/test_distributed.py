@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import loopcheck
-from conftest import Batches, Net
+from .conftest import Batches, Net
 
 pytestmark = [
     pytest.mark.distributed,

@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import loopcheck
-from conftest import Net, codes
+from .conftest import Net, codes
 
 
 def test_loss_times_1e4_on_one_step_is_a_loss_and_gradient_spike(net, batches):

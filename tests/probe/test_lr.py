@@ -8,7 +8,7 @@ from torch.nn import functional as F
 from torch.optim import lr_scheduler
 
 import loopcheck
-from conftest import Net, codes
+from .conftest import Net, codes
 
 
 def fresh(lr=0.05):

@@ -6,7 +6,7 @@ import torch
 from torch.nn import functional as F
 
 import loopcheck
-from conftest import codes
+from .conftest import codes
 
 
 def test_history_append_loss_is_found_within_100_steps(net, batches):

@@ -8,7 +8,7 @@ from torch.nn import functional as F
 from torch.optim.swa_utils import AveragedModel, update_bn
 
 import loopcheck
-from conftest import codes
+from .conftest import codes
 
 
 def fit(net, opt, x, y):

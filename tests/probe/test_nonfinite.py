@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import loopcheck
-from conftest import Net, codes
+from .conftest import Net, codes
 
 
 def train(net, batches, steps, *, opt=None, before_step=None, loss_fn=None, **options):

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 from typer.testing import CliRunner
 
 import loopcheck
-from conftest import Net, Batches
+from .conftest import Net, Batches
 from loopcheck.cli import app
 
 

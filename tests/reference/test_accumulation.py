@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 
-from conftest import records, ref, run, tiny_config
+from .conftest import records, ref, run, tiny_config
 
 MICRO_BATCHES = 216 // 16  # 13: with --accum 2, six windows of two and a last one of one
 

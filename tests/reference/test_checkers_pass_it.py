@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_runs_identical, run, tiny_config
+from .conftest import assert_runs_identical, run, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "loopcheck" / "reference"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import load, records, ref
+from .conftest import load, records, ref
 
 SMALL = ["--batch-size", "64", "--log-every", "1", "--no-progress"]
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import assert_runs_identical, load, records
+from .conftest import assert_runs_identical, load, records
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

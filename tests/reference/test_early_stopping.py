@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import load, records, ref, run, tiny_config
+from .conftest import load, records, ref, run, tiny_config
 
 # A small, noisy training set and a fast LR: the validation loss turns up after a few epochs.
 OVERFITTING = dict(train_samples=64, label_noise=0.3, hidden=64, lr=3e-2, ema=0.0, dropout=0.0,

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from conftest import assert_runs_identical, load, records, ref, run, tiny_config
+from .conftest import assert_runs_identical, load, records, ref, run, tiny_config
 
 MICRO_BATCHES = 216 // 16  # per epoch, see tiny_config
 

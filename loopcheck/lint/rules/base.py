@@ -61,6 +61,77 @@ class FileContext:
 
         return span_of(self, node)
 
+    @cached_property
+    def _nodes(self) -> tuple[list[cst.CSTNode], dict[int, cst.CSTNode]]:
+        nodes: list[cst.CSTNode] = []
+        parents: dict[int, cst.CSTNode] = {}
+        for node, parent in walk(self.module):
+            nodes.append(node)
+            if parent is not None:
+                parents[id(node)] = parent
+        return nodes, parents
+
+    def nodes(self, *types: type) -> list[cst.CSTNode]:
+        """Every node of these types in the module, in source order, from one shared walk.
+
+        Much cheaper than a `module.visit(...)` per rule (libcst visitors rebuild the tree as
+        they go); whitespace, commas and parentheses are not included."""
+        everything = self._nodes[0]
+        return [n for n in everything if isinstance(n, types)] if types else list(everything)
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The syntactic parent of a node of this module (None for the module itself)."""
+        return self._nodes[1].get(id(node))
+
+
+_SKIPPED_FIELDS = frozenset({
+    "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators", "trailing_whitespace",
+    "header", "footer", "newline", "equal", "colon", "dot", "indent", "star_tok", "lbracket", "rbracket",
+    "lbrace", "rbrace", "asynchronous",
+})
+# dataclass field order differs from source order for these
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
+    cst.Arg: ("keyword", "value"),
+    cst.ImportFrom: ("relative", "module", "names"),
+}
+
+
+def _child_fields(tp: type) -> tuple[str, ...]:
+    found = _FIELDS.get(tp)
+    if found is None:
+        import dataclasses
+
+        found = _FIELDS[tp] = tuple(
+            f.name for f in dataclasses.fields(tp)
+            if f.name not in _SKIPPED_FIELDS and "whitespace" not in f.name and not f.name.endswith("colon")
+        )
+    return found
+
+
+def walk(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None]]:
+    """(node, parent) for every node under `root`, root first, in source order.
+
+    Reads the nodes' fields directly instead of going through libcst's visitor machinery,
+    which is about ten times faster."""
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(root, None)]
+    while stack:
+        node, parent = stack.pop()
+        yield node, parent
+        children: list[tuple[cst.CSTNode, cst.CSTNode | None]] = []
+        for name in _child_fields(type(node)):
+            value = getattr(node, name)
+            if isinstance(value, cst.CSTNode):
+                children.append((value, node))
+            elif isinstance(value, (list, tuple)):
+                children.extend((v, node) for v in value if isinstance(v, cst.CSTNode))
+        children.reverse()
+        stack.extend(children)
+
 
 class Rule:
     code: ClassVar[str]

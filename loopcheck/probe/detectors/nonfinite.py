@@ -14,6 +14,7 @@ their records are dropped, and only a persistent run of skips is reported.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -73,7 +74,9 @@ class NonFiniteDetector(Detector):
         self._persistent_reported = False
         self._module_by_name = {qual: i for i, (qual, _) in enumerate(probe.modules)}
         self._depth = 0  # probed models whose forward is running
-        self._last: torch.Tensor | None = None
+        # The output recorded last, weakly: a strong reference would keep a large activation
+        # alive past its use, and the next one could not reuse its memory.
+        self._last: Callable[[], torch.Tensor | None] = _dead
         self._last_version = 0
         self._last_reduced = False
 
@@ -122,14 +125,14 @@ class NonFiniteDetector(Detector):
                     if trusted and t.dtype is not torch.float16:  # float16 overflows: reduce it
                         ran[index] = None
                         self._note(index, _COVERED)
-                        self._last, self._last_version, self._last_reduced = t, version, False
+                        self._last, self._last_version, self._last_reduced = weakref.ref(t), version, False
                     elif (kind := self._repeat(t, version, root)) is not None:
                         if kind == _OUTPUT:
                             self._fwd.append(self._fwd[-1])
                         self._note(index, kind)
                     else:
                         self._record_forward(t, index, _OUTPUT)
-                        self._last, self._last_version, self._last_reduced = t, version, True
+                        self._last, self._last_version, self._last_reduced = weakref.ref(t), version, True
                     if grad_hook is not None and t.requires_grad and t.grad_fn is not None and torch.is_grad_enabled():
                         t.register_hook(grad_hook)
             except Exception as err:
@@ -139,7 +142,7 @@ class NonFiniteDetector(Detector):
     def _repeat(self, t: torch.Tensor, version: int, root: bool) -> int | None:
         """The record for `t` when it is the tensor just recorded, unchanged: a container returning its
         last child's output has the same verdict, and the child comes first in execution order."""
-        if t is not self._last or version < 0 or version != self._last_version:
+        if t is not self._last() or version < 0 or version != self._last_version:
             return None
         if self._last_reduced:
             return _OUTPUT if self._fwd else None
@@ -196,7 +199,7 @@ class NonFiniteDetector(Detector):
         return block
 
     def _clear(self) -> None:
-        self._last = None
+        self._last = _dead
         self._fwd, self._fwd_idx, self._fwd_kind = [], [], []
         self._ran.clear()
         self._bwd, self._bwd_idx = [], []
@@ -433,6 +436,10 @@ def _same_device(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     if all(t.device == device for t in tensors):
         return tensors
     return [t.to(device, non_blocking=True) for t in tensors]
+
+
+def _dead() -> None:
+    return None
 
 
 def _finite(blocks: list[_Block]) -> torch.Tensor:
