@@ -237,22 +237,18 @@ _PARAM_METHODS = frozenset({"parameters", "named_parameters"})
 _EMA_RE = re.compile(r"EMA|(?:^|[a-z_])Ema(?=[A-Z0-9_]|$)")
 
 _NAME_ROLES: tuple[tuple[Role, re.Pattern[str]], ...] = (
-        (Role.EMA, re.compile(r"^(ema|ema_model|model_ema|ema_net|swa_model|averaged_model|ema_\w+|\w+_ema)$")),
-        (Role.SCHEDULER, re.compile(r"^(sched|scheduler|lr_scheduler|lr_sched|warmup_scheduler)(_?[a-z]|_\w+)?$|_(sched|scheduler)$")),
-        (Role.SCALER, re.compile(r"^(scaler|grad_scaler|amp_scaler|loss_scaler)$|_scaler$")),
-        (Role.OPTIMIZER, re.compile(r"^(opt|optim|optimi[sz]er)(_?[a-z]|_?\d+|_\w+)?$|_(opt|optim|optimi[sz]er)$")),
-        (Role.LOADER, re.compile(r"^(loader|dataloader|dl)$|(_loader|_dataloader|_dl|loader)$")),
-        (Role.SAMPLER, re.compile(r"sampler$")),
-        (Role.CRITERION, re.compile(r"^(criterion|loss_fn|loss_func|loss_function|criterion_\w+|\w+_criterion)$")),
-        (
-            Role.MODEL,
-            re.compile(
-                r"^(model|net|network|backbone|generator|discriminator|encoder|decoder|student|teacher|"
-                r"classifier|net_?[dg]|model_?[a-z0-9]|model_\w+|\w+_model|\w+_net)$"
-            ),
-        ),
+    (Role.EMA, re.compile(r"^(ema|ema_model|model_ema|ema_net|swa_model|averaged_model|ema_\w+|\w+_ema)$")),
+    (Role.SCHEDULER, re.compile(
+        r"^(sched|scheduler|lr_scheduler|lr_sched|warmup_scheduler)(_?[a-z]|_\w+)?$|_(sched|scheduler)$")),
+    (Role.SCALER, re.compile(r"^(scaler|grad_scaler|amp_scaler|loss_scaler)$|_scaler$")),
+    (Role.OPTIMIZER, re.compile(r"^(opt|optim|optimi[sz]er)(_?[a-z]|_?\d+|_\w+)?$|_(opt|optim|optimi[sz]er)$")),
+    (Role.LOADER, re.compile(r"^(loader|dataloader|dl)$|(_loader|_dataloader|_dl|loader)$")),
+    (Role.SAMPLER, re.compile(r"sampler$")),
+    (Role.CRITERION, re.compile(r"^(criterion|loss_fn|loss_func|loss_function|criterion_\w+|\w+_criterion)$")),
+    (Role.MODEL, re.compile(
+        r"^(model|net|network|backbone|generator|discriminator|encoder|decoder|student|teacher|"
+        r"classifier|net_?[dg]|model_?[a-z0-9]|model_\w+|\w+_model|\w+_net)$")),
 )
-
 
 _ANNOTATION_ROLES = (
     (re.compile(r"(^|\.)(_?LRScheduler|ReduceLROnPlateau|LambdaLR|OneCycleLR)$"), Role.SCHEDULER),
@@ -318,6 +314,7 @@ def is_accumulation_test(text: str) -> bool:
 
 _MAX_DEPTH = 4  # inlined call depth
 _MAX_PATHS = 64  # traces per loop iteration
+_MAX_INLINED = 3000  # inlined calls per file: helpers calling helpers many times stay bounded
 _SKIP_ENTRY_METHODS = frozenset({"forward", "__repr__", "__str__", "extra_repr", "__len__", "__getitem__"})
 
 
@@ -431,7 +428,6 @@ class _Unit:
         self.local_imports: dict[str, tuple[str, str | None, int]] = {}  # name -> (module, attr, level)
         self.functions: dict[str, cst.FunctionDef] = {}
         self.classes: dict[str, _Class] = {}
-        self._texts: dict[int, str] = {}
         self._units: dict[tuple[str, int], "_Unit | None"] = {}
         self.top_level: list[cst.BaseStatement] = []
         for stmt in module.body:
@@ -486,12 +482,13 @@ class _Unit:
             self.local_imports[local] = (module or "", name, level)
 
     def text(self, node: cst.CSTNode) -> str:
-        key = id(node)
-        found = self._texts.get(key)
+        """Source text of a node of this file (a slice of the position table's code)."""
+        from loopcheck.lint.positions import table_for
+
+        found = table_for(self.module).text(node)
         if found is None:
-            found = self.module.code_for_node(node).strip()
-            self._texts[key] = found
-        return found
+            found = self.module.code_for_node(node)
+        return found.strip()
 
     def qualify(self, node: cst.BaseExpression) -> str | None:
         dotted = _dotted(node)
@@ -699,10 +696,10 @@ class _Dict:
 class _Value:
     """What an expression evaluates to, as far as roles go (for returns and arguments)."""
 
-    __slots__ = ("canon", "elems", "dict", "divided", "ctor")
+    __slots__ = ("canon", "elems", "dict", "divided")
 
     def __init__(self, canon: str | None = None, elems: list["_Value"] | None = None,
-                 dict_: _Dict | None = None, divided: bool = False) -> None:
+                 dict_: _Dict | None = None, divided: bool | None = False) -> None:
         self.canon = canon
         self.elems = elems
         self.dict = dict_
@@ -729,7 +726,7 @@ class _Builder:
         self.param_owner: dict[str, str | None] = {}
         self.frozen: set[str] = set()
         self.dicts: dict[str, _Dict] = {}
-        self.divided: dict[str, bool] = {}
+        self.divided: dict[str, bool | None] = {}  # None: computed by code the model cannot see
         self.assigned: dict[str, tuple[_Unit, cst.BaseExpression]] = {}
         self.iter_of: dict[str, str] = {}
         self.instances: dict[str, _Class] = {}
@@ -739,6 +736,7 @@ class _Builder:
         self.loop_blocks: dict[int, list] = {}
         self.call_values: dict[int, _Value] = {}
         self.covered: set[int] = set()
+        self.inlined = 0
         self.event_units: dict[int, _Unit] = {}
         self.loop_units: dict[int, _Unit] = {}
 
@@ -831,12 +829,30 @@ class _Builder:
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "prepare" and len(node.args) > 1:
                 return _Value(elems=[self.value_of(a.value, frame) for a in node.args])
-        divided = _divides(node)
+        divided: bool | None = _divides(node)
+        if not divided and isinstance(node, cst.Call) and self._opaque(node, frame):
+            divided = None
         stripped = self._strip(node, frame)
         canon = self.canon(stripped, frame)
         if canon is not None:
             return _Value(canon=canon, dict_=self.dicts.get(canon), divided=divided or self.divided.get(canon, False))
         return _Value(divided=divided)
+
+    def _opaque(self, call: cst.Call, frame: _Frame) -> bool:
+        """A call whose result the model cannot know anything about (an unknown helper)."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _TENSOR_METHODS:
+            return False
+        qual = frame.unit.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+        if qual is None:
+            return True
+        if qual.split(".")[0] in ("torch", "F", "nn") or (isinstance(func, cst.Name) and func.value in _BUILTINS):
+            return False
+        name = self.target(func, frame) or ""
+        if name in self.bindings:
+            return False
+        last = name.rsplit(".", 1)[-1].lower()
+        return not any(p.search(last) for role, p in _NAME_ROLES if role in (Role.CRITERION, Role.MODEL, Role.EMA))
 
     # ---- blocks and events ----------------------------------------------------------------
 
@@ -1008,11 +1024,8 @@ class _Builder:
                 return True, self.param_owner[name]
             if name is not None and name in self.assigned and depth < 2:
                 # params = list(model.parameters()); for p in params: ...
-                _, value = self.assigned[name]
-                if isinstance(value, (cst.List, cst.ListComp)) and not isinstance(value, cst.List):
-                    value = value.for_in.iter  # [p for p in model.parameters() if ...]
-                return self._param_loop_owner(value, frame, depth + 1)
-        if isinstance(node, cst.ListComp):
+                return self._param_loop_owner(self.assigned[name][1], frame, depth + 1)
+        if isinstance(node, cst.ListComp):  # [p for p in model.parameters() if p.requires_grad]
             return self._param_loop_owner(node.for_in.iter, frame, depth + 1)
         return False, None
 
@@ -1334,8 +1347,11 @@ class _Builder:
         elif cls.endswith("Loss") and cls[:1].isupper():
             role = Role.CRITERION
         elif cls in WRAPPERS and cls != "compile":
-            role = Role.MODEL
             inner = self.target(_positional(call, 0) or call, frame) if call.args else None
+            known = self.bindings.get(inner or "")
+            if known is not None and known.role is Role.MODEL:
+                return False  # DDP(model): an alias of the wrapped model, which keeps its class
+            role = Role.MODEL
             if inner:
                 detail["wraps"] = inner
         elif qual.startswith("torchvision.models.") or qual in ("timm.create_model",) or (
@@ -1452,8 +1468,6 @@ class _Builder:
         last = qual.rsplit(".", 1)[-1]
         if last in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "dispatch_clip_grad", "clip_grad_norm_fp32"):
             params = _positional(call, 0) or _kw(call, "parameters")
-            if isinstance(func, cst.Attribute) and not qual.startswith("torch") and last == "clip_grad_norm_" and params is not None:
-                pass
             owner = None
             if isinstance(params, cst.Call) and isinstance(params.func, cst.Attribute) and params.func.attr.value in _PARAM_METHODS:
                 owner = self.target(params.func.value, frame)
@@ -1537,9 +1551,6 @@ class _Builder:
             if tensor is not None:
                 self._backward(call, tensor, frame, via_fn="manual_backward")
                 return True
-        if call.args and _positional(call, 0) is not None and not isinstance(recv, cst.Call):
-            # x.backward(gradient) on a tensor: still a backward
-            pass
         self._backward(call, recv, frame)
         return True
 
@@ -1559,7 +1570,9 @@ class _Builder:
         name = self.canon(inner, frame) if isinstance(inner, (cst.Name, cst.Attribute)) else None
         if name:
             self.use(name, "backward", frame)
-        is_divided = divided or _divides(tensor) or (bool(name) and self.divided.get(name, False))
+        is_divided: bool | None = divided or _divides(tensor)
+        if not is_divided:
+            is_divided = self.divided.get(name, False) if name else self.value_of(tensor, frame).divided
         rg = _kw(call, "retain_graph")
         retain = rg is not None and _literal_bool(rg) is not False and not _is_none(rg)
         self.event(EventKind.BACKWARD, name or unit.text(tensor), call, frame, scaled=scaled, scaler=scaler,
@@ -1587,7 +1600,7 @@ class _Builder:
             fdef = frame.local_funcs.get(closure.value) or unit.functions.get(closure.value)
         if fdef is None and not isinstance(closure, cst.Lambda):
             return []
-        saved_events, saved_pending = len(self.events), len(self.pending)
+        saved_events = len(self.events)
         saved_loop_stack = self.loop_stack
         self.loop_stack = []
         self.blocks.append([])
@@ -1860,8 +1873,9 @@ class _Builder:
                bound_self: bool) -> None:
         key = id(fdef)
         self.covered.add(key)
-        if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack):
+        if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack) or self.inlined >= _MAX_INLINED:
             return
+        self.inlined += 1
         env: dict[str, str] = {}
         params = list(fdef.params.posonly_params) + list(fdef.params.params)
         if bound_self and params and params[0].name.value in ("self", "cls"):
@@ -2036,8 +2050,6 @@ class _Builder:
                 role = Role.EMA
             elif "backward" in uses:
                 role = Role.LOSS
-            elif uses & {"eval", "train", "forward"}:
-                role = None  # decided by name below, else a model
             if role is not None:
                 self.bindings[name] = Binding(name=name, role=role, evidence="usage", path=self.candidates.get(name, self.path))
         for opt in [b for b in self.bindings.values() if b.role is Role.OPTIMIZER]:
@@ -2123,8 +2135,6 @@ class _Builder:
                     ev.target = b.detail[attr]
         elif how == "save":
             whole = ev.detail.pop("_whole", None)
-            if whole and role is None and whole in self.bindings:
-                role = self.bindings[whole].role
             if whole and whole in self.bindings and self.bindings[whole].role in (Role.MODEL, Role.EMA, Role.OPTIMIZER):
                 ev.detail["whole_object"] = whole
 
@@ -2205,6 +2215,10 @@ _METHOD_HANDLERS = {
 
 
 _CONSTANTS = {"None": False, "False": False, "True": True}
+_TENSOR_METHODS = frozenset({
+    "mean", "sum", "float", "double", "half", "item", "view", "reshape", "squeeze", "unsqueeze", "to", "detach",
+    "clone", "contiguous", "flatten", "backward", "abs", "pow", "sqrt", "exp", "log", "norm", "cpu", "cuda",
+})
 
 
 def _is_none(node: cst.CSTNode | None) -> bool:

@@ -114,6 +114,16 @@ class PositionTable:
         line = bisect_right(self._line_starts, offset)
         return line, offset - self._line_starts[line - 1] + 1
 
+    def text(self, node: cst.CSTNode) -> str | None:
+        """The source of a one-line node (its syntactic range), as `code_for_node` would give it;
+        None when the node has no recorded range, is parenthesized (the range leaves the
+        parentheses out) or spans lines (`code_for_node` re-indents those)."""
+        found = self._ranges.get(id(node))
+        if found is None or getattr(node, "lpar", None):
+            return None
+        text = self.code[self._offsets[found[0]]:self._offsets[found[1]]]
+        return None if "\n" in text else text
+
     def span(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
         """(line, column, end_line, end_column) of a node of this module, 1-based."""
         found = self._ranges.get(id(node))

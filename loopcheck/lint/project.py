@@ -75,10 +75,6 @@ class ProjectIndex:
     def __init__(self, roots: list[Path] | None = None) -> None:
         self.roots = [r.resolve() for r in roots or []]
 
-    @classmethod
-    def for_file(cls, path: str | Path) -> "ProjectIndex":
-        return cls()
-
     def _search_dirs(self, from_path: str) -> list[Path]:
         here = Path(from_path).resolve().parent
         dirs = [here, _package_root(here)]

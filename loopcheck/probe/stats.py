@@ -77,19 +77,19 @@ def finite_probe_value(t: torch.Tensor) -> torch.Tensor:
     return t.detach().sum()
 
 
-def fused_norms(tensors: Sequence[torch.Tensor], ord: float = 2) -> list[torch.Tensor]:
-    """Per-tensor norms as float32 0-d tensors on each tensor's device, in one fused call if possible.
+def fused_norms(tensors: Sequence[torch.Tensor], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    """Per-tensor L2 norms as 0-d `dtype` tensors on each tensor's device, in one fused call if possible.
 
-    Half precision is reduced in float32 (a float16 norm overflows at 65504). No host sync.
+    float32 reduces half precision in float32 (a float16 norm overflows at 65504); float64 makes a
+    norm of float32 or half values finite exactly when every value is. No host sync.
     """
     with torch.no_grad():
         try:
-            if all(t.dtype in _FLOAT32_OK for t in tensors):
-                return list(torch._foreach_norm(tensors, ord, dtype=torch.float32))
-            return [n.float() for n in torch._foreach_norm(tensors, ord)]
+            if dtype is torch.float64 or all(t.dtype in _FLOAT32_OK for t in tensors):
+                return list(torch._foreach_norm(tensors, 2, dtype=dtype))
+            return [n.to(dtype) for n in torch._foreach_norm(tensors, 2)]
         except (RuntimeError, TypeError, AttributeError):  # older torch, unusual tensors
-            return [torch.linalg.vector_norm(t, ord, dtype=torch.float32 if t.dtype in _HALF else None).float()
-                    for t in tensors]
+            return [torch.linalg.vector_norm(t.to(torch.promote_types(t.dtype, dtype))).to(dtype) for t in tensors]
 
 
 def stack_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:

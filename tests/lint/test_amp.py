@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import textwrap
-import warnings
 
-from loopcheck.lint.api import lint_source
+from . import _support
+from ._support import codes, snippet
 
 
 def lc4(source: str) -> list[tuple[int, str]]:
-    """(line, code) of the LC4 findings of a snippet; a rule crash fails the test."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        found = lint_source(textwrap.dedent(source).lstrip("\n"), select=["LC4"])
-    return sorted((f.line, f.code) for f in found)
+    return codes(source, ["LC4"])
 
 
 def messages(source: str, code: str) -> list[str]:
-    found = lint_source(textwrap.dedent(source).lstrip("\n"), select=[code])
-    return [f.message for f in found]
+    return _support.messages(snippet(source), code)
 
 
 # --- LC401 clip-before-unscale -----------------------------------------------------------------

@@ -142,3 +142,15 @@ def test_recursion_limit_is_restored() -> None:
     check_source(BUGGY, "t.py")
     assert __import__("sys").getrecursionlimit() == before
     assert engine  # the module under test
+
+
+def test_helpers_calling_helpers_many_times_stay_bounded() -> None:
+    lines = ["import torch"]
+    for level in range(8):
+        lines.append(f"def h{level}(model, x):")
+        lines += [f"    h{level + 1}(model, x)"] * 12
+    lines += ["def h8(model, x):", "    model(x).sum().backward()",
+              "def train(model, loader, opt):", "    for x in loader:", "        opt.zero_grad()",
+              "        h0(model, x)", "        opt.step()"]
+    result = check_source("\n".join(lines) + "\n", "fanout.py", enabled=lambda code: code.startswith("LC1"))
+    assert result.errors == [] and result.findings == []

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
 
 from loopcheck.lint.api import lint_paths, lint_source
 
+from . import _support
+from ._support import codes, snippet
+
 
 def lc5(source: str, info: bool = True) -> list[tuple[int, str]]:
-    """(line, code) of the LC5 findings of a snippet; a rule crash fails the test."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        found = lint_source(textwrap.dedent(source).lstrip("\n"), select=["LC5"])
-    return sorted((f.line, f.code) for f in found if info or f.severity.value != "info")
+    return codes(source, ["LC5"], info)
 
 
 def messages(source: str, code: str) -> list[str]:
-    return [f.message for f in lint_source(textwrap.dedent(source).lstrip("\n"), select=[code])]
+    return _support.messages(snippet(source), code)
 
 
 # A training loop with an optimizer, a scheduler, a scaler and an EMA; SAVE is replaced by the

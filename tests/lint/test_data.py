@@ -6,17 +6,16 @@ the LC7 findings are exactly those (line, code) pairs.
 
 from __future__ import annotations
 
-import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from loopcheck.lint.api import lint_paths, lint_source
+from loopcheck.lint.api import lint_source
+
+from . import _support
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # a rule crash fails the test
-
-_MARK = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
 
 HEAD = """\
 import torch
@@ -26,29 +25,12 @@ from torch.utils.data.distributed import DistributedSampler
 """
 
 
-def expected(source: str) -> set[tuple[int, str]]:
-    out = set()
-    for number, line in enumerate(source.splitlines(), start=1):
-        match = _MARK.search(line)
-        if match:
-            out |= {(number, code.strip()) for code in match.group(1).split(",") if code.strip()}
-    return out
-
-
-def found(source: str, path: str = "<string>") -> set[tuple[int, str]]:
-    return {(f.line, f.code) for f in lint_source(source, path=path) if f.code.startswith("LC7")}
-
-
 def found_in_project(path: Path) -> set[tuple[str, int, str]]:
-    """Findings of linting one file of a project on disk (local imports are followed)."""
-    report = lint_paths([path])
-    assert not report.errors
-    return {(Path(f.path).name, f.line, f.code) for f in report.findings if f.code.startswith("LC7")}
+    return _support.found_in_project(path, "LC7")
 
 
 def check(body: str) -> None:
-    source = HEAD + textwrap.dedent(body)
-    assert found(source) == expected(source)
+    _support.check(HEAD + textwrap.dedent(body), "LC7")
 
 
 TRAIN = """

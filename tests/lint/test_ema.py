@@ -6,17 +6,14 @@ the LC8 findings are exactly those (line, code) pairs.
 
 from __future__ import annotations
 
-import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from loopcheck.lint.api import lint_paths, lint_source
+from . import _support
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # a rule crash fails the test
-
-_MARK = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
 
 HEAD = """\
 import torch
@@ -25,29 +22,12 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 """
 
 
-def expected(source: str) -> set[tuple[int, str]]:
-    out = set()
-    for number, line in enumerate(source.splitlines(), start=1):
-        match = _MARK.search(line)
-        if match:
-            out |= {(number, code.strip()) for code in match.group(1).split(",") if code.strip()}
-    return out
-
-
-def found(source: str, path: str = "<string>") -> set[tuple[int, str]]:
-    return {(f.line, f.code) for f in lint_source(source, path=path) if f.code.startswith("LC8")}
-
-
 def found_in_project(path: Path) -> set[tuple[str, int, str]]:
-    """Findings of linting one file of a project on disk (local imports are followed)."""
-    report = lint_paths([path])
-    assert not report.errors
-    return {(Path(f.path).name, f.line, f.code) for f in report.findings if f.code.startswith("LC8")}
+    return _support.found_in_project(path, "LC8")
 
 
 def check(body: str) -> None:
-    source = HEAD + textwrap.dedent(body)
-    assert found(source) == expected(source)
+    _support.check(HEAD + textwrap.dedent(body), "LC8")
 
 
 def test_update_between_backward_and_step():

@@ -7,14 +7,9 @@ the LC3 findings are exactly those (line, code) pairs.
 
 from __future__ import annotations
 
-import re
 import textwrap
 
-import pytest
-
-from loopcheck.lint.api import lint_source
-
-_MARK = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
+from . import _support
 
 HEAD = """\
 import torch
@@ -33,19 +28,8 @@ def train_one_epoch(model, loader, optimizer):
 """
 
 
-def expected(source: str) -> set[tuple[int, str]]:
-    out = set()
-    for number, line in enumerate(source.splitlines(), start=1):
-        match = _MARK.search(line)
-        if match:
-            out |= {(number, code.strip()) for code in match.group(1).split(",") if code.strip()}
-    return out
-
-
 def check(body: str, *, prelude: str = "") -> None:
-    source = HEAD + textwrap.dedent(prelude) + textwrap.dedent(body)
-    got = {(f.line, f.code) for f in lint_source(source) if f.code.startswith("LC3")}
-    assert got == expected(source)
+    _support.check(HEAD + textwrap.dedent(prelude) + textwrap.dedent(body), "LC3")
 
 
 # --------------------------------------------------------------------------- LC301
@@ -411,14 +395,3 @@ def test_enable_grad_rollouts_and_graphs_recorded_outside_are_clean():
                     loss.backward()
                 optimizer.step()
     """)
-
-
-@pytest.mark.parametrize("code", ["LC301", "LC302", "LC303", "LC304"])
-def test_rule_page_examples(code):
-    """The page's Bad block gives this code and no other error or warning; Good gives none of it."""
-    from loopcheck.catalog import page
-
-    p = page(code)
-    bad = {f.code for f in lint_source(p.example("Bad")) if f.severity.value in ("error", "warning")}
-    assert bad == {code}
-    assert code not in {f.code for f in lint_source(p.example("Good"))}

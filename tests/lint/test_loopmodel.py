@@ -260,7 +260,7 @@ def test_guards_accumulation_and_branch_traces() -> None:
     ("i % args.grad_accum_steps == 0", True),
     ("(step + 1) % gradient_accumulation_steps == 0 or last_batch", True),
     ("not sync_context", True),
-    ("self.is_accumulating", False),
+    ("self.is_accumulating", True),
     ("accelerator.sync_gradients", True),
     ("i % log_interval == 0", False),
     ("step % args.save_every == 0", False),
@@ -268,8 +268,6 @@ def test_guards_accumulation_and_branch_traces() -> None:
     ("loss.item() > 10", False),
 ])
 def test_accumulation_guard_recognition(text: str, expected: bool) -> None:
-    if text == "self.is_accumulating":
-        expected = True
     assert is_accumulation_test(text) is expected
 
 
@@ -582,3 +580,60 @@ def test_nothing_is_guessed_for_unrelated_code() -> None:
             print(item.step())
     """)
     assert m.events == [] and all(loop.kind is LoopKind.OTHER for loop in m.walk_loops())
+
+
+def test_wrappers_and_prepare_are_aliases_of_what_they_wrap() -> None:
+    m = model_of("""
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from tqdm import tqdm
+
+        class Net(torch.nn.Module):
+            pass
+
+        def main(accelerator, loader, rank):
+            net = Net()
+            model = DDP(net.to(rank), device_ids=[rank])
+            model = torch.compile(model)
+            opt = torch.optim.AdamW(model.parameters())
+            model, opt, loader = accelerator.prepare(model, opt, loader)
+            for batch in tqdm(loader, desc="train"):
+                opt.zero_grad()
+                accelerator.backward(model(batch).loss)
+                opt.step()
+    """)
+    batch = only_loop(m, LoopKind.BATCH)
+    assert kinds(batch.traces[0]) == [("zero_grad", "opt"), ("forward", "net"), ("backward", "model(batch).loss"),
+                                      ("step", "opt")]
+    assert m.bindings["net"].cls == "Net" and m.bindings["opt"].detail["params_of"] == frozenset({"net"})
+    assert batch.traces[0][2].detail["divided"] is True  # accelerate scales the loss itself
+    assert batch.loader == "loader"
+
+
+def test_ema_helper_and_requires_grad_freezing() -> None:
+    m = model_of("""
+        import copy
+        import torch
+
+        @torch.no_grad()
+        def update_ema(ema, model, decay=0.999):
+            for e, p in zip(ema.parameters(), model.parameters()):
+                e.mul_(decay).add_(p.detach(), alpha=1 - decay)
+
+        def train(model, loader, opt):
+            ema = copy.deepcopy(model).requires_grad_(False)
+            backbone = model.backbone
+            backbone.requires_grad_(False)
+            for x in loader:
+                opt.zero_grad()
+                model(x).backward()
+                opt.step()
+                update_ema(ema, model)
+            backbone.eval()
+    """)
+    batch = only_loop(m, LoopKind.BATCH)
+    assert kinds(batch.traces[0])[-1] == ("ema_update", "ema")
+    assert batch.traces[0][-1].detail["model"] == "model"
+    assert m.role("ema") is Role.EMA
+    evals = [e for e in m.events if e.kind is K.EVAL_MODE]
+    assert [(e.target, e.detail["frozen"]) for e in evals] == [("model.backbone", True)]

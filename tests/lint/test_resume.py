@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import os
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
 
-from loopcheck.lint.api import lint_paths, lint_source
+from loopcheck.lint.api import lint_paths
+
+from . import _support
+from ._support import codes, snippet
 
 
 def lc510(source: str) -> list[tuple[int, str]]:
-    """(line, code) of the LC510 findings of a snippet; a rule crash fails the test."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        found = lint_source(textwrap.dedent(source).lstrip("\n"), select=["LC510"])
-    return sorted((f.line, f.code) for f in found)
+    return codes(source, ["LC510"])
 
 
 def message(source: str) -> str:
-    found = lint_source(textwrap.dedent(source).lstrip("\n"), select=["LC510"])
-    assert len(found) == 1, found
-    return found[0].message
+    (found,) = _support.messages(snippet(source), "LC510")
+    return found
 
 
 # A resumable training function; RESUME is replaced by the resume branch under test (the

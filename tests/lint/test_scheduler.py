@@ -6,33 +6,17 @@ the LC2 findings are exactly those (line, code) pairs.
 
 from __future__ import annotations
 
-import re
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from loopcheck.lint.api import lint_paths, lint_source
 
-_MARK = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
-
-
-def expected(source: str) -> set[tuple[int, str]]:
-    out = set()
-    for number, line in enumerate(source.splitlines(), start=1):
-        match = _MARK.search(line)
-        if match:
-            out |= {(number, code.strip()) for code in match.group(1).split(",") if code.strip()}
-    return out
-
-
-def found(source: str) -> set[tuple[int, str]]:
-    return {(f.line, f.code) for f in lint_source(source, select="LC2")}
+from . import _support
+from ._support import expected
 
 
 def check(source: str) -> None:
-    source = textwrap.dedent(source)
-    assert found(source) == expected(source)
+    _support.check(textwrap.dedent(source), "LC2")
 
 
 HEAD = """\
@@ -508,17 +492,6 @@ def test_messages_name_the_objects():
     (finding,) = [f for f in lint_source(source) if f.code == "LC201"]
     assert finding.message.startswith("`sched.step()` runs before `opt.step()` in the batch loop")
     assert finding.severity.value == "error"
-
-
-@pytest.mark.parametrize("code", ["LC201", "LC202", "LC203", "LC204", "LC205"])
-def test_rule_page_examples(code):
-    """The page's Bad block gives this code and no other error or warning; Good gives none of it."""
-    from loopcheck.catalog import page
-
-    p = page(code)
-    bad = {f.code for f in lint_source(p.example("Bad")) if f.severity.value in ("error", "warning")}
-    assert bad == {code}
-    assert code not in {f.code for f in lint_source(p.example("Good"))}
 
 
 def test_steps_under_complementary_settings_are_not_lc205():

@@ -102,6 +102,16 @@ def test_reset_in_a_helper_is_reported_in_the_helper() -> None:
 
 def test_step_moved_to_the_top_wipes_the_previous_backward() -> None:
     # cyclic: backward of iteration i, then reset and step of iteration i + 1
+    findings = lint_source(textwrap.dedent("""
+        import torch
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                optimizer.zero_grad()
+                optimizer.step()
+                model(x).sum().backward()
+    """), select=["LC102"])
+    assert "after the previous iteration's `model(x).sum().backward()`" in findings[0].message
     assert lc1("""
         import torch
         def train(model, loader):
@@ -366,4 +376,36 @@ def test_step_hidden_in_an_unknown_helper_is_not_guessed() -> None:
                 model(x).sum().backward()
                 optimizer.step()
                 optimizer_step(optimizer)
+    """) == []
+
+
+def test_loss_from_an_unknown_helper_is_not_judged() -> None:
+    # compute_loss lives in a library the linter cannot read: it may already divide
+    assert lc1("""
+        import torch
+        from mylib import compute_loss
+        def train(model, loader, optimizer, accum=4):
+            for i, batch in enumerate(loader):
+                loss = compute_loss(model, batch)
+                loss.backward()
+                if (i + 1) % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+    """) == []
+
+
+def test_loss_divided_in_a_helper_of_the_file_is_clean() -> None:
+    assert lc1("""
+        import torch
+        import torch.nn.functional as F
+        def compute_loss(model, batch, accum):
+            x, y = batch
+            return F.cross_entropy(model(x), y) / accum
+        def train(model, loader, optimizer, accum=4):
+            for i, batch in enumerate(loader):
+                loss = compute_loss(model, batch, accum)
+                loss.backward()
+                if (i + 1) % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
     """) == []

@@ -2,7 +2,7 @@
 
 import importlib
 
-FAMILIES = ("zero_grad", "scheduler", "eval_mode", "amp", "checkpoint", "memory", "data", "ema")
+FAMILIES = ("zero_grad", "scheduler", "eval_mode", "amp", "checkpoint", "resume", "memory", "data", "ema")
 
 for _family in FAMILIES:
     try:

@@ -1,6 +1,7 @@
-"""Helpers several rule families share: dotted names and import aliases, condition (guard)
-normalisation, the model's events grouped into units with before/after walks, and a few small
-syntax queries over a parsed module (parents, functions, calls).
+"""Helpers several rule families share: condition (guard) normalisation, loops, the model's
+events grouped into units with before/after walks and placed at the call sites that reached them,
+and a few small syntax queries over a parsed module. Names, imports, parents and values of one
+module are `loopcheck.lint.values`' job.
 
 Nothing here knows a rule code; the families build their checks on top of it.
 """
@@ -13,61 +14,9 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from loopcheck.lint.loopmodel import Event, Loop, LoopKind
+from loopcheck.lint.loopmodel import CallSite, Event, Loop, LoopKind
 from loopcheck.lint.positions import node_span
 from loopcheck.lint.rules.base import FileContext
-
-# --- names and imports -------------------------------------------------------------------------
-
-
-def dotted(expr: cst.CSTNode | None) -> str | None:
-    """`a.b.c` for a Name / Attribute chain, else None."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        head = dotted(expr.value)
-        return f"{head}.{expr.attr.value}" if head else None
-    return None
-
-
-def code_of(node: cst.CSTNode) -> str:
-    """The source text of a node."""
-    return cst.Module([]).code_for_node(node)
-
-
-def import_map(module: cst.Module) -> dict[str, str]:
-    """Local name -> dotted origin for every import of the module (`th` -> `torch`,
-    `autocast` -> `torch.cuda.amp.autocast`). Relative imports are left out."""
-    names: dict[str, str] = {}
-    for stmt in nodes_of(module, (cst.Import, cst.ImportFrom)):
-        if isinstance(stmt, cst.Import):
-            for alias in stmt.names:
-                full = dotted(alias.name)
-                if full is None:
-                    continue
-                if alias.asname is not None:
-                    names[alias.evaluated_alias or full] = full
-                else:
-                    head = full.split(".")[0]
-                    names.setdefault(head, head)
-        elif not stmt.relative and stmt.module is not None and not isinstance(stmt.names, cst.ImportStar):
-            module_name = dotted(stmt.module)
-            if module_name is None:
-                continue
-            for alias in stmt.names:
-                names[alias.evaluated_alias or alias.evaluated_name] = f"{module_name}.{alias.evaluated_name}"
-    return names
-
-
-def resolve_call(names: dict[str, str], func: cst.BaseExpression) -> str | None:
-    """The dotted origin of a callee through the module's imports (`th.load` -> `torch.load`)."""
-    text = dotted(func)
-    if text is None:
-        return None
-    head, _, rest = text.partition(".")
-    full = names.get(head, head)
-    return f"{full}.{rest}" if rest else full
-
 
 # --- guards ------------------------------------------------------------------------------------
 
@@ -117,6 +66,32 @@ def outermost(loop: Loop) -> Loop:
     return loop
 
 
+def inside(event: Event, loop: Loop) -> bool:
+    """Whether `event` runs in `loop` (in a loop nested in it included)."""
+    current = event.loop
+    while current is not None:
+        if current is loop:
+            return True
+        current = current.parent
+    return False
+
+
+def call_site(
+    path: str, line: int, via: tuple[CallSite, ...], frame: tuple[CallSite, ...] = ()
+) -> tuple[str, int] | None:
+    """(file, line) where something reached through the call chain `via` sits in the code of
+    `frame` (the chain that reached that code; () for the linted file's own code): the call that
+    leaves the frame, or the thing itself when it is written there. None when `via` does not pass
+    through `frame`."""
+    depth = len(frame)
+    if via[:depth] != frame:
+        return None
+    if len(via) > depth:
+        site = via[depth]
+        return site.path, site.line
+    return path, line
+
+
 # --- the event trace ---------------------------------------------------------------------------
 
 _TRACES: "WeakKeyDictionary[FileContext, Trace]" = WeakKeyDictionary()
@@ -146,7 +121,12 @@ class Trace:
     def _unit(self, event: Event) -> tuple:
         if event.loop is not None:
             return ("loop", id(outermost(event.loop)))
-        path, line = (event.via[0].path, event.via[0].line) if event.via else (event.path, event.line)
+        return self.entry(event)
+
+    def entry(self, event: Event) -> tuple:
+        """The entry point the event was reached from: a function of this file (by its first
+        line; 0 for the module body), or another file."""
+        path, line = call_site(event.path, event.line, event.via)  # type: ignore[misc]
         if path != self.path:
             return ("file", path)
         return ("function", self.function_at(line))
@@ -220,47 +200,6 @@ def nodes_of(root: cst.CSTNode, kind: type | tuple[type, ...]) -> list:
 
     root.visit(_Find())
     return found
-
-
-_PARENTS: dict[int, tuple[cst.Module, dict[int, cst.CSTNode]]] = {}
-_KEEP = 32  # parent tables kept (the files of one project)
-
-
-def parents(module: cst.Module) -> dict[int, cst.CSTNode]:
-    """id(node) -> parent node for every node of the module (built once per module object)."""
-    cached = _PARENTS.get(id(module))
-    if cached is not None and cached[0] is module:
-        return cached[1]
-    table: dict[int, cst.CSTNode] = {}
-    stack: list[cst.CSTNode] = []
-
-    class _Parents(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if stack:
-                table[id(node)] = stack[-1]
-            stack.append(node)
-            return True
-
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            stack.pop()
-
-    module.visit(_Parents())
-    if len(_PARENTS) >= _KEEP:
-        _PARENTS.clear()
-    # the module is kept with its table, so its id cannot be reused while the entry lives
-    _PARENTS[id(module)] = (module, table)
-    return table
-
-
-def enclosing(module: cst.Module, node: cst.CSTNode, kind: type | tuple[type, ...]) -> cst.CSTNode | None:
-    """The nearest ancestor of `node` of `kind`, or None."""
-    table = parents(module)
-    current = table.get(id(node))
-    while current is not None:
-        if isinstance(current, kind):
-            return current
-        current = table.get(id(current))
-    return None
 
 
 def module_of(path: str, ctx: FileContext) -> cst.Module | None:

@@ -17,8 +17,9 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
 from loopcheck.lint.positions import node_span
-from loopcheck.lint.rules._shared import Trace, dotted, import_map, iteration_loop
+from loopcheck.lint.rules._shared import Trace, iteration_loop
 from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.values import ModuleIndex, dotted, index_for
 
 K = EventKind
 
@@ -243,8 +244,7 @@ class DeprecatedAmpApi(Rule):
     code = "LC405"
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        names = import_map(ctx.module)
-        finder = _DeprecatedUses(names)
+        finder = _DeprecatedUses(index_for(ctx.path, ctx.module))
         ctx.module.visit(finder)
         for node, old in finder.imports:
             new = _import_advice(old)
@@ -268,12 +268,12 @@ class _DeprecatedUses(cst.CSTVisitor):
     """Deprecated AMP imports and uses. A use is the call when the name is called (that is what a
     fix rewrites), otherwise the reference itself."""
 
-    def __init__(self, names: dict[str, str]) -> None:
-        self.names = names
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
         self.imports: list[tuple[cst.CSTNode, str]] = []
         self.uses: list[tuple[cst.CSTNode, str]] = []
         self._done: set[int] = set()
-        self._module_aliases = {local for local, full in names.items() if full in _AMP_MODULES}
+        self._module_aliases = {local for local, full in index.imported_names().items() if full in _AMP_MODULES}
         self._used_modules: set[str] = set()
         self._module_imports: list[tuple[cst.ImportFrom | cst.Import, str, str]] = []
 
@@ -318,17 +318,9 @@ class _DeprecatedUses(cst.CSTVisitor):
         return True
 
     def _resolve(self, expr: cst.BaseExpression) -> str | None:
-        text = dotted(expr)
-        if text is None:
-            return None
-        head, _, rest = text.partition(".")
-        full = self.names.get(head)
-        if full is None:
-            if head != "torch" or "torch" in self.names and self.names["torch"] != "torch":
-                return None
-            full = head
-        resolved = f"{full}.{rest}" if rest else full
+        resolved = self.index.qualify(expr)
         if resolved in _DEPRECATED:
+            head = (dotted(expr) or "").partition(".")[0]
             if head in self._module_aliases:
                 self._used_modules.add(head)
             # a bare imported name (`autocast(...)`) is reported at its call only, the import

@@ -2,7 +2,7 @@
 
 "The training loader" is the loader a batch loop of the model iterates (a loop that calls
 backward). Its constructor comes from the loader's binding; the sampler and the dataset passed to
-it are read from that call, following names with `memory.Flow` (which also resolves dataset
+it are read from that call, following names with `values.Flow` (which also resolves dataset
 classes defined in other modules of the project).
 """
 
@@ -19,7 +19,7 @@ from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Binding, EventKind, Loop, LoopKind, Role
 from loopcheck.lint.project import parse_path
 from loopcheck.lint.rules.base import FileContext, Rule
-from loopcheck.lint.rules.memory import Flow, ModuleIndex, Where, code_of, dotted, first_arg, index_for, keyword_arg
+from loopcheck.lint.values import Flow, ModuleIndex, Where, code_of, dotted, first_arg, index_for, keyword_arg
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 _SHUFFLE_AT, _SAMPLER_AT, _BATCH_SAMPLER_AT = 2, 3, 4

@@ -12,6 +12,7 @@ from typing import Iterator
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop
+from loopcheck.lint.rules._shared import call_site
 from loopcheck.lint.rules.base import FileContext, Rule
 
 _STEPS = (EventKind.STEP, EventKind.SCALER_STEP)
@@ -19,17 +20,6 @@ _STEPS = (EventKind.STEP, EventKind.SCALER_STEP)
 
 def _steps_in(loop: Loop) -> bool:
     return any(e.kind in _STEPS for inner in loop.walk() for e in inner.events)
-
-
-def _position(loop: Loop, path: str, line: int, via: tuple) -> tuple[str, int] | None:
-    """Where something reached through `via` sits in the frame of `loop` (its own file and lines)."""
-    depth = len(loop.via)
-    if via[:depth] != loop.via:
-        return None
-    if len(via) > depth:
-        site = via[depth]
-        return site.path, site.line
-    return path, line
 
 
 class EmaUpdateBeforeStep(Rule):
@@ -64,13 +54,13 @@ class EmaUpdateBeforeStep(Rule):
     @staticmethod
     def _trained_below(loop: Loop, event: Event) -> bool:
         """A nested loop that steps the optimizer starts after `event` in this iteration."""
-        here = _position(loop, event.path, event.line, event.via)
+        here = call_site(event.path, event.line, event.via, loop.via)
         if here is None:
             return False
         for child in loop.children:
             if not _steps_in(child):
                 continue
-            there = _position(loop, child.path, child.line, child.via)
+            there = call_site(child.path, child.line, child.via, loop.via)
             if there is not None and there[0] == here[0] and there[1] > here[1]:
                 return True
         return False

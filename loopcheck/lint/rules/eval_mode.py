@@ -16,6 +16,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
+from loopcheck.lint.rules._shared import Trace, exclusive, inside, outermost
 from loopcheck.lint.rules.base import FileContext, Rule
 
 K = EventKind
@@ -26,21 +27,6 @@ _WHOLE = (".module", "._orig_mod")
 _DATA_ITER = re.compile(r"loader|\bdl\b|_dl\b|val|test|eval|dataset|batches|data\b", re.I)
 # loops that need the graph: input gradients, saliency maps, adversarial examples
 _NEEDS_GRAPH = re.compile(r"autograd\.grad|requires_grad|\.backward\(|torch\.func\.|vjp\(|jacobian\(")
-
-
-def _inside(event: Event, loop: Loop) -> bool:
-    current = event.loop
-    while current is not None:
-        if current is loop:
-            return True
-        current = current.parent
-    return False
-
-
-def _outermost(loop: Loop) -> Loop:
-    while loop.parent is not None:
-        loop = loop.parent
-    return loop
 
 
 def _same_model(a: str | None, b: str | None) -> bool:
@@ -93,30 +79,6 @@ def _is_trained(name: str | None, trained: set[str]) -> bool:
     return any(_same_model(name, t) for t in trained)
 
 
-class _Entries:
-    """Which entry point (a function or method of this file, or the module body) an event of the
-    model's trace was reached from: the trace runs the entry points one after the other, and what
-    one of them does says nothing about the mode at the start of another."""
-
-    def __init__(self, ctx: FileContext) -> None:
-        self.ctx = ctx
-        self.ranges: list[tuple[int, int]] = []
-        for stmt in ctx.module.body:
-            defs = [stmt] if isinstance(stmt, cst.FunctionDef) else []
-            if isinstance(stmt, cst.ClassDef):
-                defs = [s for s in stmt.body.body if isinstance(s, cst.FunctionDef)]
-            for fdef in defs:
-                span = ctx.span(fdef)
-                self.ranges.append((span.line, span.end_line))
-
-    def of(self, event: Event) -> int:
-        """The first line of the entry function (0 for the module body)."""
-        line, path = (event.via[0].line, event.via[0].path) if event.via else (event.line, event.path)
-        if path != self.ctx.path:
-            return -1
-        return next((start for start, end in self.ranges if start <= line <= end), 0)
-
-
 def _index(events: list[Event], event: Event) -> int:
     for i, e in enumerate(events):
         if e is event:
@@ -136,7 +98,7 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
         iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
         if not iterates_data or loop.iter_text.lstrip().startswith("range("):
             continue
-        forward = next((e for e in model.events if _is_model_forward(model, e) and _inside(e, loop)), None)
+        forward = next((e for e in model.events if _is_model_forward(model, e) and inside(e, loop)), None)
         if forward is not None:
             yield loop, forward
 
@@ -163,17 +125,19 @@ class EvalWithoutEvalMode(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         model = ctx.model
-        entries = _Entries(ctx)
+        # the trace runs the entry points (functions of this file, the module body) one after the
+        # other: what one of them does says nothing about the mode at the start of another
+        trace = Trace.of(ctx)
         for loop, forward in _evaluation_loops(model):
             target = forward.target
-            entry = entries.of(forward)
-            events = [e for e in model.events if entries.of(e) == entry]
+            entry = trace.entry(forward)
+            events = [e for e in model.events if trace.entry(e) == entry]
             at = _index(events, forward)
             if at < 0:
                 continue
-            outer = _outermost(loop)
-            first = next((i for i, e in enumerate(events) if _inside(e, outer)), at)
-            last = max((i for i, e in enumerate(events) if _inside(e, outer)), default=at)
+            outer = outermost(loop)
+            first = next((i for i, e in enumerate(events) if inside(e, outer)), at)
+            last = max((i for i, e in enumerate(events) if inside(e, outer)), default=at)
             prefix, tail, before = events[first:at], events[at + 1 : last + 1], events[:first]
             backward_in_outer = any(e.kind is K.BACKWARD for e in events[first : last + 1])
 
@@ -244,15 +208,10 @@ class EvalWithoutNoGrad(Rule):
 # ---------------------------------------------------------------------------------------------
 
 
-def _exclusive(a: Event, b: Event) -> bool:
-    """On opposite branches of one condition: never both in the same iteration."""
-    return any(ga.text == gb.text and ga.negated != gb.negated for ga in a.guards for gb in b.guards)
-
-
 def _innermost_training_loop(model: ModuleModel, event: Event) -> Loop | None:
     loop = event.loop
     while loop is not None:
-        if any(e.kind is K.BACKWARD and _inside(e, loop) for e in model.events):
+        if any(e.kind is K.BACKWARD and inside(e, loop) for e in model.events):
             return loop
         loop = loop.parent
     return None
@@ -273,12 +232,12 @@ class TrainModeNotRestored(Rule):
             loop = _innermost_training_loop(model, event)
             if loop is None:
                 continue
-            iteration = [e for e in model.events if _inside(e, loop)]
+            iteration = [e for e in model.events if inside(e, loop)]
             at = _index(iteration, event)
             if at < 0:
                 continue
             # the rest of this iteration (minus the other side of the eval()'s `if`), then the next
-            rest = [e for e in iteration[at + 1 :] if not _exclusive(e, event)]
+            rest = [e for e in iteration[at + 1 :] if not exclusive(e, event)]
             for later in rest + iteration[:at]:
                 if later.kind in _MODES and _same_model(later.target, target):
                     break  # switched again (back to train, or eval again: that one is judged)
@@ -306,15 +265,15 @@ class BackwardUnderNoGrad(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         events = ctx.model.events
-        entries = _Entries(ctx)
+        trace = Trace.of(ctx)
         for i, event in enumerate(events):
             if event.kind is not K.BACKWARD or not event.no_grad or event.grad_conditional:
                 continue
             # the forward that produced the loss: the nearest one before, back to the previous backward
             forward = None
-            entry = entries.of(event)
+            entry = trace.entry(event)
             for prev in reversed(events[:i]):
-                if prev.kind is K.BACKWARD or entries.of(prev) != entry:
+                if prev.kind is K.BACKWARD or trace.entry(prev) != entry:
                     break
                 if prev.kind is K.FORWARD:
                     forward = prev

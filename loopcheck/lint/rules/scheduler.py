@@ -25,6 +25,7 @@ from loopcheck.lint.loopmodel import (
     Role,
     SchedulerCadence,
 )
+from loopcheck.lint.rules._shared import inside
 from loopcheck.lint.rules.base import FileContext, Rule
 
 K = EventKind
@@ -37,15 +38,6 @@ _STEP_WORD = re.compile(r"len\(|step|iter|batch|update", re.I)
 # ---------------------------------------------------------------------------------------------
 # helpers over the model
 # ---------------------------------------------------------------------------------------------
-
-
-def _inside(event: Event, loop: Loop) -> bool:
-    current = event.loop
-    while current is not None:
-        if current is loop:
-            return True
-        current = current.parent
-    return False
 
 
 def _loop_chain(loop: Loop | None) -> list[Loop]:
@@ -62,7 +54,7 @@ def _loop_chain(loop: Loop | None) -> list[Loop]:
 
 def _iteration(model: ModuleModel, loop: Loop) -> list[Event]:
     """The events of one iteration of `loop` (nested loops included), in trace order."""
-    return [e for e in model.events if _inside(e, loop)]
+    return [e for e in model.events if inside(e, loop)]
 
 
 def _in_batch_loop(event: Event) -> bool:

@@ -99,9 +99,9 @@ def _reset_text(ev: Event) -> str:
     return "`p.grad.zero_()`"
 
 
-def _scan(view: _LoopView, opt: str) -> Iterator[tuple[str, Event, Event]]:
-    """("between", reset, step) when a reset sits between a backward and the step;
-    ("nobackward", reset, step) when the step follows a reset with no backward in between."""
+def _scan(view: _LoopView, opt: str) -> Iterator[tuple[str, Event, Event, Event | None, bool]]:
+    """(kind, reset, step, backward, from_previous_iteration) for each step a reset reaches first:
+    kind "between" when a backward came before the reset, "nobackward" when none did."""
     for first, second in view.loop.cyclic_pairs():
         seq = first + second
         offset = len(first)
@@ -120,15 +120,18 @@ def _scan(view: _LoopView, opt: str) -> Iterator[tuple[str, Event, Event]]:
             if reset_at is None:
                 continue
             reset = seq[reset_at]
-            earlier_backward = False
+            backward_at = None
             for k in range(reset_at - 1, -1, -1):
                 ev = seq[k]
                 if stepped_optimizer(ev) == opt:
                     break
                 if ev.kind is EventKind.BACKWARD:
-                    earlier_backward = True
+                    backward_at = k
                     break
-            yield ("between" if earlier_backward else "nobackward"), reset, step
+            if backward_at is None:
+                yield "nobackward", reset, step, None, False
+            else:
+                yield "between", reset, step, seq[backward_at], backward_at < offset
 
 
 class ZeroGradMissing(Rule):
@@ -161,12 +164,14 @@ class ZeroGradBetweenBackwardAndStep(Rule):
             for opt in view.steps:
                 if opt in view.closure_steps:
                     continue
-                for kind, reset, step in _scan(view, opt):
-                    if kind != "between":
+                for kind, reset, step, backward, previous in _scan(view, opt):
+                    if kind != "between" or backward is None:
                         continue
+                    loss = backward.detail.get("loss_text") or "loss"
+                    where = f"the previous iteration's `{loss}.backward()`" if previous else f"`{loss}.backward()`"
                     yield self.finding(
                         ctx, reset,
-                        f"{_reset_text(reset)} runs after `loss.backward()` and before `{opt}.step()`: "
+                        f"{_reset_text(reset)} runs after {where} and before `{opt}.step()`: "
                         f"the step sees zero gradients and the model never learns. Move the reset "
                         f"before the forward pass or after the step.",
                     )
@@ -214,7 +219,7 @@ class StepWithoutBackward(Rule):
                 if opt in view.closure_steps or view.escaped(opt):
                     continue
                 reported: set[int] = set()
-                for kind, reset, step in _scan(view, opt):
+                for kind, reset, step, _, _ in _scan(view, opt):
                     if kind != "nobackward" or id(step) in reported:
                         continue
                     reported.add(id(step))
@@ -238,8 +243,8 @@ class AccumulatedLossNotScaled(Rule):
             backwards = [e for e in view.loop.events if e.kind is EventKind.BACKWARD]
             if not backwards or any(b.accumulation_guarded for b in backwards):
                 continue
-            if any(b.detail.get("divided") for b in backwards):
-                continue
+            if any(b.detail.get("divided") is not False for b in backwards):
+                continue  # divided, or computed by code the model cannot see
             for b in backwards:
                 loss = b.detail.get("loss_text") or b.target or "loss"
                 yield self.finding(

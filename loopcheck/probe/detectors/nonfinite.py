@@ -187,8 +187,8 @@ class NonFiniteDetector(Detector):
             modules = self.probe.modules
             state = [(i, p) for i in self._ran for p in modules[i][1]._parameters.values() if p is not None]
             if state:
-                # L1 norms: finite exactly when every value is, and far from overflowing
-                scalars = scalars + fused_norms([p for _, p in state], 1)
+                # accumulated in float64: finite exactly when every value is
+                scalars = scalars + fused_norms([p for _, p in state], torch.float64)
         vec, positions = self.probe.grad_norms(opt) if opt is not None else (None, [])
         block = None
         if scalars or vec is not None:

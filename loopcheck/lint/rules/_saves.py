@@ -1,0 +1,257 @@
+"""What a checkpoint holds, shared by the checkpoint (LC501-LC509) and resume (LC507, LC510) rules.
+
+A save is read through the model's SAVE event (its dict's keys, their values' source text and the
+objects whose `state_dict()` it holds), and each entry is classified by meaning: `optim`,
+`opt_state` and `optimizer.state_dict()` under any key are all the optimizer state. A save is a
+*training checkpoint* when it holds more than the model weights, or when it is the only save of a
+script that trains and resumes from it; weights saved for inference are never checked. The same
+classification reads the keys a resume takes back out of a loaded checkpoint.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role
+from loopcheck.lint.rules._shared import Trace
+from loopcheck.lint.rules.base import FileContext
+from loopcheck.lint.values import code_of
+
+K = EventKind
+
+# what a checkpoint entry can be
+MODEL, OPTIMIZER, SCHEDULER, SCALER, PROGRESS, RNG, EMA = (
+    "model", "optimizer", "scheduler", "scaler", "progress", "rng", "ema",
+)
+TRAINING_STATE = frozenset({OPTIMIZER, SCHEDULER, SCALER, PROGRESS, RNG})
+_ROLE_ITEM = {
+    Role.OPTIMIZER: OPTIMIZER,
+    Role.SCHEDULER: SCHEDULER,
+    Role.SCALER: SCALER,
+    Role.EMA: EMA,
+    Role.MODEL: MODEL,
+}
+
+_PROGRESS_TOKENS = frozenset(
+    {"epoch", "epochs", "step", "steps", "iteration", "iterations", "iter", "iters", "it", "update", "updates",
+     "progress", "tick", "ticks", "samples", "seen", "tokens"}
+)
+_RNG_TOKENS = frozenset({"rng", "rngs", "random", "generator", "generators", "getstate"})
+_EMA_TOKENS = frozenset({"ema", "emas", "shadow", "swa", "averaged", "average", "polyak"})
+_RNG_CALL = re.compile(r"get_rng_state|\bgetstate\s*\(|\bget_state\s*\(|\brng\b|\brng_state", re.I)
+_STATE_DICT = re.compile(r"([A-Za-z_][\w.]*(?:\[[^\]]*\])?)\s*\.\s*state_dict\s*\(")
+_NESTED_KEY = re.compile(r"[\"'](\w+)[\"']\s*:")
+_EXPORT_PATH = re.compile(r"best|final|export|weights|infer|deploy|release|pretrain|model_only|for_eval", re.I)
+
+
+def _tokens(key: str) -> list[str]:
+    """`optimizerG` -> [optimizer, g]; `global_step` -> [global, step]; `modelEma` -> [model, ema]."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", key)
+    return [t for t in re.split(r"[^a-z0-9]+", spaced.lower()) if t]
+
+
+def object_item(name: str, model: ModuleModel) -> str | None:
+    """What `name.state_dict()` saves: from the name's role, else from how it is spelled."""
+    role = model.role(name)
+    if role in _ROLE_ITEM:
+        return _ROLE_ITEM[role]
+    last = name.split(".")[-1].split("[")[0]
+    item = key_item(last, "")
+    return item if item in (OPTIMIZER, SCHEDULER, SCALER, EMA) else None
+
+
+def key_item(key: str, value: str) -> str | None:
+    """What a dict key says its entry is (None when it says nothing we check)."""
+    low = key.lower()
+    tokens = _tokens(key)
+    if "optim" in low:
+        return OPTIMIZER
+    if any(t in ("opt", "opts") for t in tokens):
+        # `opt` is also argparse's options (`"opt": vars(opt)`): only a state dict counts
+        return OPTIMIZER if "state_dict" in value else None
+    if "sched" in low:
+        return SCHEDULER
+    if "scaler" in low or tokens == ["amp"] or low in ("amp_state", "amp_state_dict"):
+        return SCALER
+    if any(t in _EMA_TOKENS for t in tokens):
+        return EMA
+    if any(t in _RNG_TOKENS for t in tokens):
+        return RNG
+    if any(t in _PROGRESS_TOKENS or t.startswith(("epoch", "step", "iter")) for t in tokens):
+        return PROGRESS
+    if any(t in ("model", "net", "network", "weights", "params", "module") for t in tokens) or low == "state_dict":
+        return MODEL
+    return None
+
+
+@dataclass
+class Saved:
+    """One `torch.save(...)` and what its checkpoint holds."""
+
+    event: Event
+    known: bool  # whether its content could be read at all
+    items: set[str] = field(default_factory=set)
+    path_text: str = ""
+    whole_object: bool = False
+    progress_in_path: bool = False  # `f"ckpt_epoch{epoch}.pt"`: the file name records the progress
+    unit: tuple = ()
+    joined: set[str] = field(default_factory=set)  # items of the component files saved next to it
+
+    @property
+    def training_state(self) -> set[str]:
+        return self.items & TRAINING_STATE
+
+    @property
+    def component(self) -> bool:
+        """One piece of a checkpoint spread over several files (`optimizer.pt`, `rng_state.pth`):
+        neither weights nor progress, only other state."""
+        return self.known and not self.whole_object and bool(self.items) and not self.items & {MODEL, PROGRESS}
+
+    def holds(self, item: str) -> bool:
+        return item in self.items or item in self.joined
+
+    @property
+    def looks_exported(self) -> bool:
+        return bool(_EXPORT_PATH.search(self.path_text))
+
+
+def classify(event: Event, model: ModuleModel) -> Saved:
+    detail = event.detail
+    keys = detail.get("keys")
+    values: dict = detail.get("values") or {}
+    state_of = detail.get("state_of") or frozenset()
+    obj_text = detail.get("obj_text") or ""
+    saved = Saved(
+        event,
+        known=keys is not None or bool(state_of) or bool(_STATE_DICT.search(obj_text)),
+        path_text=detail.get("path_text") or "",
+        whole_object=bool(detail.get("whole_object")),
+    )
+    for name in state_of:
+        item = object_item(name, model)
+        saved.items.add(item or MODEL)
+    for key in keys or ():
+        value = str(values.get(key, ""))
+        item = key_item(str(key), value)
+        if item:
+            saved.items.add(item)
+    for text in [*(str(v) for v in values.values()), obj_text]:
+        saved.items |= text_items(text, model)
+    saved.progress_in_path = _path_has_progress(saved.path_text)
+    return saved
+
+
+_STRING = re.compile(r"[rbuRBU]?([\"'])(?:\\.|(?!\1).)*\1")
+
+
+def _path_has_progress(path_text: str) -> bool:
+    """Whether a save path is built from an epoch / step variable (not just a literal name)."""
+    fields = re.findall(r"\{([^{}]*)\}", path_text)  # f-string fields
+    outside = _STRING.sub(" ", path_text)  # `"ckpt_%d.pt" % epoch`, `.format(step)`, `join(d, epoch)`
+    for text in [*fields, outside]:
+        for name in re.findall(r"[A-Za-z_]\w*", text):
+            if key_item(name, "") == PROGRESS:
+                return True
+    return False
+
+
+def text_items(text: str, model: ModuleModel) -> set[str]:
+    """Entries visible in a value's source: `x.state_dict()` calls, RNG getters, nested keys."""
+    items: set[str] = set()
+    for match in _STATE_DICT.finditer(text):
+        items.add(object_item(match.group(1), model) or MODEL)
+    if _RNG_CALL.search(text):
+        items.add(RNG)
+    for key in _NESTED_KEY.findall(text):
+        item = key_item(key, "")  # the value is not isolated: an ambiguous `opt` does not count
+        if item:
+            items.add(item)
+    return items
+
+class Facts:
+    """What the whole file (its inlined helpers included) does, for the checkpoint rules."""
+
+    @classmethod
+    def of(cls, ctx: FileContext) -> "Facts":
+        facts = _FACTS.get(ctx)
+        if facts is None:
+            facts = _FACTS[ctx] = cls(ctx)
+        return facts
+
+    def __init__(self, ctx: FileContext) -> None:
+        model = ctx.model
+        self.module = ctx.module  # not ctx itself: facts are cached per ctx in a weak-keyed dict
+        self.model = model
+        events = model.events
+        kinds = {e.kind for e in events}
+        self.trains = bool(kinds & {K.STEP, K.SCALER_STEP})
+        self.uses_optimizer = self.trains or bool(model.names(Role.OPTIMIZER))
+        self.uses_scheduler = K.SCHED_STEP in kinds
+        self.uses_scaler = bool(kinds & {K.SCALER_STEP, K.SCALER_SCALE}) or any(
+            e.kind is K.BACKWARD and e.detail.get("scaled") is True for e in events
+        )
+        self.uses_ema = K.EMA_UPDATE in kinds or any(
+            b.role is Role.EMA and b.evidence == "constructor" for b in model.bindings.values()
+        )
+        self.saves: list[Saved] = []
+        trace = Trace.of(ctx)
+        seen: set[tuple] = set()
+        for i, e in enumerate(trace.events):
+            if e.kind is K.SAVE and Trace.remember(seen, e):
+                saved = classify(e, model)
+                saved.unit = trace.units[i]
+                self.saves.append(saved)
+        for saved in self.saves:
+            for part in self.saves:
+                if part.component and part.unit == saved.unit:
+                    saved.joined |= part.items
+        self.loads = [e for e in events if e.kind is K.LOAD]
+
+    def resumes_from(self, saved: Saved) -> bool:
+        """A load of the same file, or one on a resume path (`if args.resume:`)."""
+        for load in self.loads:
+            call = load.detail.get("call")
+            path = _first_arg_text(call) if isinstance(call, cst.Call) else ""
+            if path and saved.path_text and path == saved.path_text:
+                return True
+            texts = [path, *(g.text for g in load.guards)]
+            if any(re.search(r"resume|restore|last", t or "", re.I) for t in texts):
+                return True
+        return False
+
+    def training_checkpoints(self) -> Iterator[Saved]:
+        weights_only = [s for s in self.saves if s.known and not s.whole_object and not s.training_state]
+        if not self.trains:
+            return
+        for saved in self.saves:
+            if not saved.known or saved.whole_object or saved.component:
+                continue
+            if saved.training_state:
+                if saved.looks_exported and not saved.items & {OPTIMIZER, SCHEDULER, SCALER}:
+                    continue  # `best.pt` with an epoch next to it: an inference artifact
+                yield saved
+            elif (
+                len(self.saves) == 1
+                and weights_only == [saved]
+                and self.trains
+                and not saved.looks_exported
+                and self.resumes_from(saved)
+            ):
+                yield saved
+
+
+_FACTS: "WeakKeyDictionary[FileContext, Facts]" = WeakKeyDictionary()
+
+def _first_arg_text(call: cst.Call | None) -> str:
+    if call is None or not call.args:
+        return ""
+    return code_of(call.args[0].value)
+
+def name_of(model: ModuleModel, role: Role, default: str) -> str:
+    names = model.names(role)
+    return names[0] if len(names) == 1 else default

@@ -1,0 +1,207 @@
+"""LP103 with dense layers judged by their parameters: which outputs are reduced, and localisation stays exact."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import loopcheck
+from .conftest import Net, codes
+from loopcheck.probe import layers
+from loopcheck.probe.detectors import nonfinite
+
+
+class ConvNet(nn.Module):
+    """A small image classifier in the usual shape: conv / batch norm / ReLU blocks, pooling, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+        )
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(32, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class Rescale(nn.Module):
+    """Divides by the batch's scale; when armed the scale is 0 (a custom op that makes NaN by itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = x.abs().mean() * (0.0 if self.armed else 1.0)
+        return (x - x.mean()) / scale
+
+
+class RescaleNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(16, 32)
+        self.norm = nn.LayerNorm(32)
+        self.rescale = Rescale()
+        self.out = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.rescale(self.norm(self.inp(x))))
+
+
+def images(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 5, (4,), generator=g)
+
+
+def test_layer_classes():
+    class OwnForward(nn.Linear):
+        def forward(self, x):
+            return super().forward(x).clamp(min=0).log()
+
+    class KeepsForward(nn.Linear):
+        pass
+
+    class Stack(nn.Sequential):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    hooked = nn.Linear(2, 2)
+    hooked.register_forward_hook(lambda m, a, out: out / 0)
+    assert layers.is_covered(nn.Linear(2, 2)) and layers.is_covered(nn.Conv2d(1, 1, 3))
+    assert layers.is_covered(nn.BatchNorm1d(3)) and layers.is_covered(nn.LayerNorm(3)) and layers.is_covered(KeepsForward(2, 2))
+    assert not layers.is_covered(OwnForward(2, 2))
+    assert not layers.is_covered(hooked)
+    assert not layers.is_covered(nn.LayerNorm(3, eps=0.0))
+    assert not layers.is_covered(nn.utils.parametrizations.weight_norm(nn.Linear(2, 2)))
+    assert not layers.is_covered(nn.LazyLinear(2))
+    assert not layers.is_covered(nn.Embedding(4, 2))  # a lookup: a NaN row matters only when it is used
+    assert layers.is_pass_through(nn.Sequential(nn.Linear(2, 2)))
+    assert not layers.is_pass_through(Stack(nn.Linear(2, 2))) and not layers.is_pass_through(nn.Sequential())
+    assert layers.is_safe(nn.AdaptiveAvgPool2d(1)) and not layers.is_safe(nn.Linear(2, 2))
+
+
+def test_a_conv_net_step_reduces_only_its_input_and_output(monkeypatch):
+    reduced = []
+    real = nonfinite.finite_probe_value
+
+    def counting(t):
+        reduced.append(tuple(t.shape))
+        return real(t)
+
+    monkeypatch.setattr(nonfinite, "finite_probe_value", counting)
+    torch.manual_seed(0)
+    model = ConvNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(3):
+            x, y = images(step)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    assert probe.findings == []
+    assert reduced == [(4, 3, 8, 8), (4, 5)] * 3
+
+
+def test_nan_weight_in_a_conv_of_a_sequential_names_that_conv():
+    torch.manual_seed(0)
+    model = ConvNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(30):
+            if step == 17:
+                with torch.no_grad():
+                    model.features[4].weight[2, 1, 0, 0] = float("nan")
+            x, y = images(step)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    assert codes(probe) == {"LP103"}
+    (f,) = probe.findings
+    assert f.where == "features.4" and f.step == 18
+    assert "features.4.weight" in f.message
+
+
+def test_a_custom_op_after_dense_layers_is_named_not_the_layers():
+    torch.manual_seed(0)
+    model = RescaleNet()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(25):
+            model.rescale.armed = step == 11
+            x = torch.randn(8, 16)
+            opt.zero_grad()
+            F.cross_entropy(model(x), torch.randint(0, 4, (8,))).backward()
+            opt.step()
+    assert codes(probe) == {"LP103"}
+    (f,) = probe.findings
+    assert f.where == "rescale" and f.step == 12
+
+
+def test_layers_called_outside_the_model_forward_are_checked(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for step, (x, y) in enumerate(batches.epoch(20)):
+            if step == 6:
+                x = x.clone()
+                x[2, 3] = float("nan")
+            opt.zero_grad()
+            # the loop drives the submodules itself; the model's forward never runs
+            hidden = net.act(net.mid(net.body(x)))
+            F.cross_entropy(net.head(hidden), y).backward()
+            opt.step()
+    f = next(f for f in probe.findings if f.code in ("LP103", "LP105"))
+    assert f.code == "LP103" and f.where == "body.0" and f.step == 7
+
+
+def test_batch_norm_evaluating_with_nonfinite_running_statistics_is_named(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(5):
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+        net.body[1].running_var[4] = float("nan")
+        net.eval()
+        with torch.no_grad():
+            for x, _ in batches.epoch(3):
+                net(x)
+    (f,) = [f for f in probe.findings if f.code == "LP103"]
+    assert f.where == "body.1"
+
+
+def test_long_evaluations_are_folded_and_still_checked(net, batches, monkeypatch):
+    monkeypatch.setattr(nonfinite, "_FOLD_AT", 16)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    net.eval()
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        with torch.no_grad():
+            for k, (x, _) in enumerate(batches.epoch(12)):
+                if k == 4:
+                    x = x.clone()
+                    x[0, 0] = float("inf")
+                net(x)
+    (f,) = probe.findings
+    assert f.code == "LP103" and "input batch" in f.message and f.where == "Net"
+
+
+def test_float_overflow_in_a_dense_layer_is_not_blamed_on_its_finite_weights():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))
+    with torch.no_grad():
+        model[0].weight.zero_()
+        model[0].bias.fill_(1.0)  # every hidden unit is tanh(1) ~ 0.76
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(6):
+            if step == 3:
+                with torch.no_grad():
+                    model[2].weight.fill_(3e38)  # finite, but a sum of 8 such products is not
+            opt.zero_grad()
+            F.cross_entropy(model(torch.ones(4, 8)), torch.zeros(4, dtype=torch.long)).backward()
+            opt.step()
+    f = next(f for f in probe.findings if f.code.startswith("LP10"))
+    assert f.code == "LP103" and f.step == 4 and f.where == "Sequential"
+    assert "hold NaN/Inf" not in f.message and "overflow" in f.message and "2" in f.message
