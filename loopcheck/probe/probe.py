@@ -28,7 +28,7 @@ from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.patching import MethodPatch
 from loopcheck.probe.sink import RunLog, print_summary
-from loopcheck.probe.stats import fused_norms, stack_scalars
+from loopcheck.probe.stats import fused_norms
 
 _LOCK = threading.Lock()
 _ACTIVE: "Probe | None" = None
@@ -357,11 +357,12 @@ class Probe:
         return scale
 
     # Shared per-step statistics ---------------------------------------------------------
-    def grad_norms(self, i: int) -> tuple[torch.Tensor | None, list[int]]:
+    def grad_norms(self, i: int) -> tuple[list[torch.Tensor], list[int]]:
         """Per-parameter gradient norms of optimizer `i` at this step, on the device (no sync).
 
-        Returns (a float32 vector, the positions in `opt_params[i]` it covers). Computed once per
-        step with fused ops and shared by the detectors that need it.
+        Returns (float32 0-d tensors, the positions in `opt_params[i]` they cover); both empty when
+        no parameter has a gradient. Computed once per step with one fused call and shared by the
+        detectors that need it; each stacks them with its own values.
         """
         cached = self._norms.get(i)
         if cached is not None and cached[0] == self._serial:
@@ -373,9 +374,7 @@ class Probe:
             if g is not None and not g.is_sparse:
                 positions.append(j)
                 grads.append(g)
-        result: tuple[torch.Tensor | None, list[int]] = (None, [])
-        if grads:
-            result = (stack_scalars(fused_norms(grads)), positions)
+        result = (fused_norms(grads) if grads else [], positions)
         self._norms[i] = (self._serial, result)
         return result
 

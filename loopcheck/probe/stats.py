@@ -39,8 +39,8 @@ class RobustLevel:
         verdict = None
         if len(self.values) >= self.warmup:
             med = _median(self.values)
-            mad = _median([abs(v - med) for v in self.values]) * 1.4826
-            if x - med > max(self.z * mad, self.log_ratio):
+            # the deviation (a second sort) is only needed for a value already `ratio` above the median
+            if x - med > self.log_ratio and x - med > self.z * 1.4826 * _median([abs(v - med) for v in self.values]):
                 verdict = math.exp(med)
         self.values.append(x)
         return verdict

@@ -36,24 +36,18 @@ _REDUCED = (_OUTPUT, _INPUT)
 
 @dataclass
 class _Block:
-    """One step's records. Values: [reduced forward..., loss, output grads..., parameter norms...] then grad norms."""
+    """One step's records; `values` holds, in this order: the reduced forward records, the loss,
+    the output-gradient records, the norms of the dense layers' parameters, the gradient norms."""
 
     step: int
     opt: int | None
-    values: torch.Tensor | None  # stacked 0-d records, on the device
-    vec: torch.Tensor | None  # per-parameter gradient norms (Probe.grad_norms)
+    values: torch.Tensor  # on the device
     kinds: list[int]  # kind of each forward record
     forward: list[int]  # module index of each forward record, in completion order
     loss: bool
     backward: list[int]  # module index of each output-gradient record, in backward order
     state: list[tuple[int, torch.Tensor]]  # (module index, parameter) of each parameter norm
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
-
-    def parts(self) -> list[torch.Tensor]:
-        return [t for t in (self.values, self.vec) if t is not None]
-
-    def size(self) -> int:
-        return sum(t.numel() for t in self.parts())
 
 
 class NonFiniteDetector(Detector):
@@ -101,6 +95,7 @@ class NonFiniteDetector(Detector):
             if not (self.enabled and self.probe.live):
                 return
             self._depth += 1
+            self._last = _dead  # a new forward pass: nothing before it is a child's output
             try:
                 for t in float_tensors(args):
                     self._record_forward(t, index, _INPUT)
@@ -189,12 +184,12 @@ class NonFiniteDetector(Detector):
             if state:
                 # accumulated in float64: finite exactly when every value is
                 scalars = scalars + fused_norms([p for _, p in state], torch.float64)
-        vec, positions = self.probe.grad_norms(opt) if opt is not None else (None, [])
+        norms, positions = self.probe.grad_norms(opt) if opt is not None else ([], [])
+        scalars = scalars + norms
         block = None
-        if scalars or vec is not None:
-            block = _Block(self.probe.step + (1 if opt is not None else 0), opt,
-                           stack_scalars(scalars) if scalars else None, vec, self._fwd_kind, self._fwd_idx,
-                           loss is not None, self._bwd_idx, state, positions if vec is not None else [])
+        if scalars:
+            block = _Block(self.probe.step + (1 if opt is not None else 0), opt, stack_scalars(scalars),
+                           self._fwd_kind, self._fwd_idx, loss is not None, self._bwd_idx, state, positions)
         self._clear()
         return block
 
@@ -253,7 +248,7 @@ class NonFiniteDetector(Detector):
         flags = host_read(finite).tolist()
         offset = 0
         for block in blocks:
-            n = block.size()
+            n = block.values.numel()
             part = flags[offset:offset + n]
             offset += n
             if all(part):
@@ -444,11 +439,10 @@ def _dead() -> None:
 
 def _finite(blocks: list[_Block]) -> torch.Tensor:
     """One boolean vector for all the blocks' records, on the device (no sync)."""
-    parts = [t for block in blocks for t in block.parts()]
     with torch.no_grad():
-        if len(parts) == 1:
-            return torch.isfinite(parts[0])
-        return torch.isfinite(torch.cat(_same_device(parts)))
+        if len(blocks) == 1:
+            return torch.isfinite(blocks[0].values)
+        return torch.isfinite(torch.cat(_same_device([block.values for block in blocks])))
 
 
 def _flags(blocks: list[_Block]) -> list[bool]:
