@@ -6,7 +6,11 @@ processes and run interleaved, `--repeat` times each; the medians and their rati
 The target is a ratio of at most 2.0: parsing is the floor, the loop model and the rules should
 cost no more than one more parse.
 
+`--single-lines N` measures one large file instead: the single-file fixtures concatenated until
+the file has at least N lines (one process; the fixes of its many findings are part of the cost).
+
     python benchmarks/lint_speed.py [--files 500] [--jobs N] [--repeat 5] [--select LC1]
+    python benchmarks/lint_speed.py --single-lines 20000 [--repeat 3]
 """
 
 from __future__ import annotations
@@ -42,6 +46,28 @@ def build_tree(root: Path, minimum: int) -> list[Path]:
     return files
 
 
+def build_single(root: Path, lines: int) -> list[Path]:
+    """One file made of the single-file fixtures, repeated until it has `lines` lines."""
+    parts = []
+    for fixture in sorted((REPO / "fixtures").glob("*.py")):
+        text = fixture.read_text(encoding="utf-8")
+        # a __future__ import is only legal at the top of a file
+        parts.append("".join(line for line in text.splitlines(keepends=True) if not line.startswith("from __future__")))
+    if not parts:
+        raise SystemExit("no fixtures to replicate")
+    chunks: list[str] = []
+    total = 0
+    while total < lines:
+        for part in parts:
+            chunks.append(part if part.endswith("\n") else part + "\n")
+            total += part.count("\n") + 1
+            if total >= lines:
+                break
+    target = root / "big_train.py"
+    target.write_text("".join(chunks), encoding="utf-8")
+    return [target]
+
+
 def _parse(path: str) -> int:
     module = cst.parse_module(Path(path).read_bytes())
     return len(module.body)
@@ -72,10 +98,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--select", default=None, help="only these codes or prefixes (default: every rule)")
+    parser.add_argument("--single-lines", type=int, default=0, help="measure one file of at least this many lines")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="loopcheck-speed-") as tmp:
         root = Path(tmp)
-        files = build_tree(root, args.files)
+        if args.single_lines:
+            files = build_single(root, args.single_lines)
+            args.jobs = 1
+        else:
+            files = build_tree(root, args.files)
         parse_times: list[float] = []
         lint_times: list[float] = []
         findings = 0
@@ -86,7 +117,8 @@ def main() -> None:
         parse_median = statistics.median(parse_times)
         lint_median = statistics.median(lint_times)
         rules = args.select or "all rules"
-        print(f"files: {len(files)}  workers: {args.jobs}  repeats: {args.repeat}  rules: {rules}  findings: {findings}")
+        lines = sum(f.read_text(encoding="utf-8").count("\n") for f in files)
+        print(f"files: {len(files)}  lines: {lines}  workers: {args.jobs}  repeats: {args.repeat}  rules: {rules}  findings: {findings}")
         print(f"bare libcst parse: median {parse_median:.2f}s  ({', '.join(f'{t:.2f}' for t in parse_times)})")
         print(f"check_paths:       median {lint_median:.2f}s  ({', '.join(f'{t:.2f}' for t in lint_times)})")
         print(f"ratio: {lint_median / parse_median:.2f}x  (target <= 2.0x)")

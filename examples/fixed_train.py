@@ -5,6 +5,7 @@ right (exact resume, accumulation, EMA, distributed, ...) see `loopcheck init`.
 """
 
 import argparse
+import random
 
 import torch
 import torch.nn as nn
@@ -102,6 +103,7 @@ def main():
                 "scheduler": scheduler.state_dict(),
                 "scaler": scaler.state_dict(),
                 "epoch": epoch,
+                "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             },
             args.out,
         )
