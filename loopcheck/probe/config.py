@@ -1,6 +1,6 @@
 """The probe's tunable windows and thresholds, with their defaults and validation.
 
-Every option is a keyword argument of `loopcheck.probe(...)`; docs/probe.md explains each one.
+Every option is a keyword argument of `loopcheck.probe(...)`; the README's probe section explains each one.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class Probe:
     """Watches a training loop for silent bugs; use as `with loopcheck.probe(model, optimizer):`.
 
     `model`, `optimizer` and `scheduler` take one object or a sequence; keyword options tune
-    windows and thresholds (see `ProbeConfig` and docs/probe.md). After the block, `findings`
+    windows and thresholds (see `ProbeConfig` and the README). After the block, `findings`
     holds one `Finding` per (code, where, rank) with the number of times it was seen.
     """
 
