@@ -60,7 +60,7 @@ def build_single(root: Path, lines: int) -> list[Path]:
     while total < lines:
         for part in parts:
             chunks.append(part if part.endswith("\n") else part + "\n")
-            total += part.count("\n") + 1
+            total += part.count("\n") + (0 if part.endswith("\n") else 1)
             if total >= lines:
                 break
     target = root / "big_train.py"

@@ -27,6 +27,8 @@ from typing import Iterator
 
 import libcst as cst
 
+from loopcheck.lint.syntax import child_nodes
+
 
 class Role(str, Enum):
     OPTIMIZER = "optimizer"
@@ -316,6 +318,15 @@ _MAX_DEPTH = 4  # inlined call depth
 _MAX_PATHS = 64  # traces per loop iteration
 _MAX_INLINED = 3000  # inlined calls per file: helpers calling helpers many times stay bounded
 _SKIP_ENTRY_METHODS = frozenset({"forward", "__repr__", "__str__", "extra_repr", "__len__", "__getitem__"})
+
+
+# the children of an expression that can hold calls (decided once per node type: isinstance on
+# libcst's abstract base classes is slow)
+_EXPRESSION_PARTS = (
+    cst.BaseExpression, cst.Arg, cst.BaseElement, cst.BaseDictElement, cst.CompFor, cst.CompIf,
+    cst.SubscriptElement, cst.BaseSlice, cst.ComparisonTarget, cst.FormattedStringExpression,
+)
+_EXPRESSION_PART: dict[type, bool] = {}
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
@@ -1445,12 +1456,13 @@ class _Builder:
         elif isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
             return
         else:
-            for child in node.children:
-                if isinstance(child, (cst.BaseExpression, cst.Arg, cst.BaseElement, cst.BaseDictElement, cst.CompFor,
-                                      cst.CompIf, cst.SubscriptElement, cst.BaseSlice, cst.ComparisonTarget,
-                                      cst.FormattedStringExpression)) or (
-                    isinstance(child, cst.CSTNode) and type(child).__name__ in ("Index", "Slice")
-                ):
+            for child in child_nodes(node):
+                inner = _EXPRESSION_PART.get(type(child))
+                if inner is None:
+                    inner = _EXPRESSION_PART[type(child)] = isinstance(child, _EXPRESSION_PARTS) or (
+                        type(child).__name__ in ("Index", "Slice")
+                    )
+                if inner:
                     self.walk_expr(child, frame)
 
     def on_call(self, call: cst.Call, frame: _Frame) -> None:

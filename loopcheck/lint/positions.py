@@ -93,7 +93,7 @@ class PositionTable:
     def __init__(self, module: cst.Module) -> None:
         self.module = module  # keeps the nodes alive, so their ids stay valid
         state = _RecordingState(module)
-        module._codegen(state)
+        self._body_tokens = _module_codegen(module, state)
         self._ranges = state.ranges
         self._outer: dict[int, tuple[int, int]] | None = None
         self._offsets = list(accumulate((len(t) for t in state.tokens), initial=0))
@@ -104,6 +104,14 @@ class PositionTable:
             starts.append(index + 1)
             index = code.find("\n", index + 1)
         self._line_starts = starts
+
+    def body_offset(self, index: int) -> int:
+        """Offset in the code of the start of top-level statement `index` of the module (of
+        the footer when `index` is the number of statements): a line start."""
+        return self._offsets[min(self._body_tokens[index], len(self._offsets) - 1)]
+
+    def line_of(self, offset: int) -> int:
+        return bisect_right(self._line_starts, offset)
 
     def _point(self, token_index: int, *, skip_space: bool = False) -> tuple[int, int]:
         offset = self._offsets[min(token_index, len(self._offsets) - 1)]
@@ -143,6 +151,28 @@ class PositionTable:
             end_line -= 1
             end_column = self._line_starts[end_line] - self._line_starts[end_line - 1]
         return line, column, end_line, end_column
+
+
+def _module_codegen(module: cst.Module, state: CodegenState) -> list[int]:
+    """`module._codegen(state)`, step by step as libcst's Module does it, noting the token
+    index where each top-level statement starts (and, last, where the footer starts)."""
+    state.before_codegen(module)
+    for line in module.header:
+        line._codegen(state)
+    starts = []
+    for stmt in module.body:
+        starts.append(len(state.tokens))
+        stmt._codegen(state)
+    starts.append(len(state.tokens))
+    for line in module.footer:
+        line._codegen(state)
+    if module.has_trailing_newline:
+        if not state.tokens:
+            state.add_token(state.default_newline)
+    else:
+        state.pop_trailing_newline()
+    state.after_codegen(module)
+    return starts
 
 
 _TABLES: "OrderedDict[int, PositionTable]" = OrderedDict()

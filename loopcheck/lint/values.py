@@ -165,6 +165,9 @@ class ModuleIndex:
         self.assigns: dict[tuple[int, str], list[Assignment]] = {}
         self.calls: list[cst.Call] = []
         self.kids: dict[int, list[cst.CSTNode]] = {}
+        self._scopes: dict[int, cst.CSTNode] = {}
+        self._calls_by_scope: dict[int, list[cst.Call]] | None = None
+        self._calls_by_callee: dict[tuple[str, str], list[cst.Call]] | None = None
         self._walk(module)
 
     # -- building ---------------------------------------------------------------------------
@@ -269,12 +272,41 @@ class ModuleIndex:
 
     def scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
         """The innermost function (or the module) whose body holds `node`."""
+        found = self._scopes.get(id(node))
+        if found is not None:
+            return found
+        found = self.module
         current = self.parent.get(id(node))
         while current is not None:
             if isinstance(current, (cst.FunctionDef, cst.Lambda)):
-                return current
+                found = current
+                break
             current = self.parent.get(id(current))
-        return self.module
+        if id(node) in self.parent:  # a node of this module (ids of others may be reused)
+            self._scopes[id(node)] = found
+        return found
+
+    def calls_in(self, scope: cst.CSTNode) -> list[cst.Call]:
+        """The calls whose innermost function is `scope` (the module: calls outside functions),
+        in the order of `calls`."""
+        if self._calls_by_scope is None:
+            self._calls_by_scope = {}
+            for call in self.calls:
+                self._calls_by_scope.setdefault(id(self.scope_of(call)), []).append(call)
+        return self._calls_by_scope.get(id(scope), [])
+
+    def calls_to(self, form: str, name: str) -> list[cst.Call]:
+        """Calls of `name(...)` (form "name") or of `<anything>.name(...)` (form "attr"), in the
+        order of `calls`."""
+        if self._calls_by_callee is None:
+            self._calls_by_callee = {}
+            for call in self.calls:
+                func = call.func
+                if isinstance(func, cst.Name):
+                    self._calls_by_callee.setdefault(("name", func.value), []).append(call)
+                elif isinstance(func, cst.Attribute):
+                    self._calls_by_callee.setdefault(("attr", func.attr.value), []).append(call)
+        return self._calls_by_callee.get((form, name), [])
 
     def enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
         current = self.parent.get(id(node))
@@ -563,7 +595,11 @@ class Flow:
             offset = 1
         fname = func.name.value
         out = []
-        for call in index.calls:
+        if cls is not None and fname == "__init__":
+            candidates = index.calls_to("name", cls.name.value)
+        else:
+            candidates = index.calls_to("attr" if cls is not None else "name", fname)
+        for call in candidates:
             callee = call.func
             if cls is not None and fname == "__init__":
                 hit = isinstance(callee, cst.Name) and callee.value == cls.name.value

@@ -170,3 +170,47 @@ def test_shared_node_walk_matches_libcst_visiting_order() -> None:
     assert len(visitor.found) == 11
     first = ctx.nodes(cst.Call)[0]
     assert isinstance(ctx.parent(first), cst.Decorator) and ctx.parent(module) is None
+
+
+def test_a_rule_runs_only_where_its_required_words_occur(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopcheck.lint.rules.base import all_rules
+    from loopcheck.lint.rules.zero_grad import ZeroGradBetweenBackwardAndStep
+
+    assert all(r.requires == () or all(isinstance(p, str) for p in r.requires) for r in all_rules())
+    assert [f.code for f in check_source(BUGGY, "train.py").findings] == ["LC102"]
+    monkeypatch.setattr(ZeroGradBetweenBackwardAndStep, "requires", (r"\bno_such_word\b",))
+    assert check_source(BUGGY, "train.py").findings == []
+    # the word may also sit in a project file whose code the loop model followed
+    write(tmp_path, "steps.py", """
+        def train_step(model, optimizer, x, y):  # no_such_word
+            loss = model(x, y)
+            loss.backward()
+            optimizer.zero_grad()
+            optimizer.step()
+    """)
+    main = write(tmp_path, "train.py", """
+        import torch
+        from steps import train_step
+
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                train_step(model, optimizer, x, y)
+    """)
+    found = check_file(main).findings
+    assert [(Path(f.path).name, f.code) for f in found] == [("steps.py", "LC102")]
+    monkeypatch.setattr(ZeroGradBetweenBackwardAndStep, "requires", (r"\bstill_absent\b",))
+    assert check_file(main).findings == []
+
+
+def test_required_words_never_change_the_findings_of_the_fixtures(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopcheck.lint.rules.base import all_rules
+
+    root = Path(__file__).resolve().parents[2]
+    paths = [root / "fixtures", root / "examples"]
+    with_filters = lint_paths(paths, jobs=1)
+    for rule in all_rules():
+        monkeypatch.setattr(rule, "requires", ())
+    without = lint_paths(paths, jobs=1)
+    assert [f.to_dict() for f in with_filters.findings] == [f.to_dict() for f in without.findings]
+    assert with_filters.findings

@@ -19,7 +19,7 @@ from loopcheck.findings import Finding, Severity
 from loopcheck.lint.api import lint_source
 from loopcheck.lint.fixes import FixResult, describe_fix, fix_source, fixable_codes
 from loopcheck.lint.fixes.base import FIXERS
-from loopcheck.lint.fixes.edits import Edit, apply_edits, edits_between
+from loopcheck.lint.fixes.edits import Edit, apply_edits, edits_between, edits_replacing
 from loopcheck.lint.rules.base import FileContext
 
 PATH = "train.py"
@@ -986,6 +986,63 @@ def test_edits_are_minimal_and_exact():
     assert apply_edits(old, edits) == new
     no_newline = "x = 1"
     assert apply_edits(no_newline, edits_between(no_newline, "x = 1\ny = 2")) == "x = 1\ny = 2"
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"] + ([len(text)] if not text.endswith("\n") else [])
+
+
+def test_edits_of_a_replaced_span_equal_the_edits_of_the_whole_text():
+    import random
+
+    rng = random.Random(7)
+    pieces = ["x = 1\n", "\n", "    y()\n", "# note\n", "z = 2\n", "\n", "\n"]
+    for _ in range(400):
+        old = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        bounds = sorted({*_line_starts(old), len(old)})
+        start = rng.choice(bounds)
+        end = rng.choice([b for b in bounds if b >= start])
+        content = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 4)))
+        new = old[:start] + content + old[end:]
+        assert edits_replacing(old, start, end, content) == edits_between(old, new), (old, start, end, content)
+    # an inserted blank line in front of blank lines: the head match runs past the span
+    old = "def f():\n    pass\n\n\n\nx = 1\n"
+    grown = "def f():\n    pass\n\n\n"
+    assert old[:19] == "def f():\n    pass\n\n"
+    expected = edits_between(old, grown + old[19:])
+    assert expected and expected[0].line == 6  # difflib places the new line after the old blank ones
+    assert edits_replacing(old, 0, 19, grown) == expected
+
+
+def test_a_fix_in_a_large_file_is_the_whole_file_difference():
+    helper = "def helper_{i}(x):\n    # keep\n    return x * {i}\n\n\n"
+    bad = src("""
+        import torch
+
+
+        def train(model, loader, opt):
+            for x, y in loader:
+                loss = model(x, y)
+                loss.backward()
+                opt.zero_grad()
+                opt.step()
+    """)
+    source = "".join(helper.format(i=i) for i in range(300)) + bad + "".join(helper.format(i=i) for i in range(300, 400))
+    module = cst.parse_module(source)
+    ctx = FileContext(PATH, source, module)
+    (finding,) = [f for f in lint_source(source, PATH) if f.code == "LC102"]
+    fix = describe_fix(finding.with_(fix=None), ctx)
+    assert fix is not None and fix == finding.fix
+    # the same edits as rendering the whole fixed module and comparing it with the source
+    from loopcheck.lint.fixes import _index
+
+    index = _index(ctx)
+    change = FIXERS["LC102"](index, finding)
+    assert [e.to_dict() for e in edits_between(source, change.module.code)] == fix["edits"]
+    fixed = apply_edits(source, [Edit(**e) for e in fix["edits"]])
+    assert "LC102" not in codes(fixed) and fixed.count("# keep") == 400
+    # untouched statements are the same objects: only the changed function was rebuilt
+    assert sum(a is not b for a, b in zip(module.body, change.module.body)) == 1
 
 
 # --- the rule pages' examples and the fixtures -----------------------------------------------

@@ -24,7 +24,7 @@ from loopcheck.catalog import page
 from loopcheck.findings import Finding
 from loopcheck.lint.fixes import amp, checkpoint, eval_mode, scheduler, zero_grad  # noqa: F401  (registers)
 from loopcheck.lint.fixes.base import FIXERS, SourceIndex
-from loopcheck.lint.fixes.edits import Edit, apply_edits, edit_offsets, edits_between
+from loopcheck.lint.fixes.edits import Edit, apply_edits, edit_offsets
 
 if TYPE_CHECKING:
     from loopcheck.lint.rules.base import FileContext
@@ -71,7 +71,7 @@ def describe_fix(finding: Finding, ctx: "FileContext") -> dict | None:
     change = FIXERS[finding.code](index, finding)
     if change is None:
         return None
-    edits = edits_between(ctx.source, change.module.code)
+    edits = index.edits(change.module)
     if not edits:
         return None
     return {"applicability": kind, "message": change.message, "edits": [e.to_dict() for e in edits]}

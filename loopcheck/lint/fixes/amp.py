@@ -147,7 +147,7 @@ def _import_fix(index: SourceIndex, node: cst.Import | cst.ImportFrom) -> Change
         mapping[node] = node.with_changes(module=torch_amp if form == "names" else cst.Name("torch"))
         where = "torch.amp" if form == "names" else "torch"
     return Change(
-        replace_nodes(index.module, mapping),
+        replace_nodes(index, mapping),
         f'import from `{where}` and pass the device ("{device}") to each call',
     )
 
@@ -186,7 +186,7 @@ def fix_deprecated_amp(index: SourceIndex, finding: Finding) -> Change | None:
         if new_call is None:
             return None
         return Change(
-            replace_nodes(index.module, {node: new_call}),
+            replace_nodes(index, {node: new_call}),
             f'use `{dotted(torch_expr)}.amp.{name}("{device}", ...)`',
         )
     source = _imported_from(index, node)
@@ -249,5 +249,5 @@ def fix_clip_before_unscale(index: SourceIndex, finding: Finding) -> Change | No
     unscale = cst.parse_statement(f"{scaler}.unscale_({optimizer})\n", config=index.module.config_for_parsing)
     unscale = unscale.with_changes(leading_lines=(*stay, *travel))
     clipped = stmt.with_changes(leading_lines=())
-    new = replace_nodes(index.module, {stmt: cst.FlattenSentinel([unscale, clipped])})
+    new = replace_nodes(index, {stmt: cst.FlattenSentinel([unscale, clipped])})
     return Change(new, f"call `{scaler}.unscale_({optimizer})` before clipping, so the clip sees true gradients")

@@ -3,11 +3,14 @@ small syntax helpers and the block surgery that moves or inserts statements.
 
 A fixer is a function `(index, finding) -> Change | None`. It finds the node the finding points
 to by position, builds a new module with libcst (so comments and formatting survive), and
-returns it with a one-line message; `edits.edits_between` turns that into text edits.
+returns it with a one-line message; `SourceIndex.edits` turns that into text edits, rendering
+only the statements the fix rebuilt (a fix costs the size of what it touches, not of the file).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, Union
@@ -16,6 +19,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
 from loopcheck.findings import Finding
+from loopcheck.lint.fixes.edits import Edit, edits_between, edits_replacing
 
 if TYPE_CHECKING:
     from loopcheck.lint.rules.base import FileContext
@@ -51,9 +55,10 @@ def fixer(code: str) -> Callable[[Fixer], Fixer]:
 class SourceIndex:
     """Positions and parents of one module's nodes, computed once per file and only on demand.
 
-    Positions come from the engine's position table (shared with the rules); the parent map is
-    one walk of the tree. Nodes found here are the nodes of `ctx.module` (and of the loop
-    model built on it).
+    Positions come from the engine's position table (shared with the rules). The nodes that
+    start on a line are looked for only among the top-level statements around that line, so
+    locating a finding costs the size of its statement, not of the file. Nodes found here are
+    the nodes of `ctx.module` (and of the loop model built on it).
     """
 
     def __init__(self, ctx: "FileContext") -> None:
@@ -63,32 +68,77 @@ class SourceIndex:
         self.module: cst.Module = ctx.module
         self.path = ctx.path
         self._table = table_for(self.module)
-        self.nodes: list[cst.CSTNode] = []
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._spans: dict[cst.CSTNode, tuple[int, int, int, int]] = {}
+        self._on_line: dict[int, list[cst.CSTNode]] = {}
+
+    @cached_property
+    def nodes(self) -> list[cst.CSTNode]:
+        """Every node of the module: depth first, a node's children last to first."""
+        out: list[cst.CSTNode] = []
         stack: list[cst.CSTNode] = [self.module]
         while stack:
             node = stack.pop()
-            self.nodes.append(node)
-            for child in node.children:
-                self.parents[child] = node
-                stack.append(child)
-        self._spans: dict[cst.CSTNode, tuple[int, int, int, int]] = {}
+            out.append(node)
+            stack.extend(node.children)
+        return out
+
+    @cached_property
+    def parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
+        return _parent_map(self.module)
 
     @cached_property
     def renders_source(self) -> bool:
         """Whether the module renders back to exactly the source (edits are positions in it)."""
-        return self.module.code == self.ctx.source
+        return self._table.code == self.ctx.source
 
     @cached_property
     def scopes(self) -> dict:
         return dict(MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ScopeProvider))
 
     @cached_property
-    def _by_line(self) -> dict[int, list[cst.CSTNode]]:
-        table: dict[int, list[cst.CSTNode]] = {}
-        for node in self.nodes:
-            table.setdefault(self.span(node)[0], []).append(node)
-        return table
+    def _units(self) -> tuple[list[int], list[cst.CSTNode]]:
+        """The module's header lines, statements and footer lines in source order, with the
+        line each begins on."""
+        module, table = self.module, self._table
+        firsts: list[int] = []
+        units: list[cst.CSTNode] = []
+        for i, line in enumerate(module.header):
+            firsts.append(i + 1)
+            units.append(line)
+        for i, stmt in enumerate(module.body):
+            firsts.append(table.line_of(table.body_offset(i)))
+            units.append(stmt)
+        footer_line = table.line_of(table.body_offset(len(module.body)))
+        for i, line in enumerate(module.footer):
+            firsts.append(footer_line + i)
+            units.append(line)
+        return firsts, units
+
+    def _starting_on(self, line: int) -> list[cst.CSTNode]:
+        """The nodes whose span starts on `line`, in the order of `nodes`.
+
+        Only the unit (statement, header or footer line) holding the line and the one before
+        it can hold such nodes: a whitespace-only node's span starts at the next non-blank
+        character, which lies in its own unit or the next. Blank header and footer lines hold
+        no such character, so the walk back passes over them."""
+        found = self._on_line.get(line)
+        if found is not None:
+            return found
+        firsts, units = self._units
+        at = bisect_right(firsts, line) - 1
+        candidates: list[cst.CSTNode] = [self.module]
+        i = at
+        while i >= 0:
+            stack: list[cst.CSTNode] = [units[i]]
+            while stack:
+                node = stack.pop()
+                candidates.append(node)
+                stack.extend(node.children)
+            if i < at and not _blank_line(units[i]):
+                break
+            i -= 1
+        found = self._on_line[line] = [n for n in candidates if self.span(n)[0] == line]
+        return found
 
     @cached_property
     def model(self):  # the loop model, or None when it cannot be built
@@ -96,6 +146,32 @@ class SourceIndex:
             return self.ctx.model
         except Exception:  # noqa: BLE001  (a model failure means: no model-based fixes)
             return None
+
+    def edits(self, fixed: cst.Module) -> list[Edit]:
+        """The text edits turning the source into `fixed` (a module made from this one by
+        `replace_nodes`). Only the top-level statements that changed are rendered and
+        compared; the result is `edits_between(source, fixed.code)`."""
+        old = self.module
+        if fixed is old:
+            return []
+        a, b = old.body, fixed.body
+        same = 0
+        while same < min(len(a), len(b)) and a[same] is b[same]:
+            same += 1
+        tail = 0
+        while tail < min(len(a), len(b)) - same and a[-1 - tail] is b[-1 - tail]:
+            tail += 1
+        if (
+            not _same_nodes(old.header, fixed.header)
+            or not _same_nodes(old.footer, fixed.footer)
+            or (old.encoding, old.default_indent, old.default_newline, old.has_trailing_newline)
+            != (fixed.encoding, fixed.default_indent, fixed.default_newline, fixed.has_trailing_newline)
+            or (tail == 0 and not old.has_trailing_newline)  # the file's last newline is dropped
+        ):
+            return edits_between(self.ctx.source, fixed.code)
+        start, end = self._table.body_offset(same), self._table.body_offset(len(a) - tail)
+        content = "".join(fixed.code_for_node(stmt) for stmt in b[same : len(b) - tail])
+        return edits_replacing(self.ctx.source, start, end, content)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
@@ -129,11 +205,11 @@ class SourceIndex:
 
     def deepest_at(self, line: int, column: int) -> cst.CSTNode | None:
         """The innermost node that starts exactly at (line, 1-based column)."""
-        here = [n for n in self._by_line.get(line, ()) if self.span(n)[1] == column]
+        here = [n for n in self._starting_on(line) if self.span(n)[1] == column]
         return max(here, key=self.depth) if here else None
 
     def nodes_on_line(self, line: int, kind: type | tuple[type, ...]) -> list[cst.CSTNode]:
-        return [n for n in self._by_line.get(line, ()) if isinstance(n, kind)]
+        return [n for n in self._starting_on(line) if isinstance(n, kind)]
 
     def locate(
         self, finding: Finding, kind: type | tuple[type, ...], accept: Callable[[cst.CSTNode], bool] = lambda n: True
@@ -176,6 +252,41 @@ class SourceIndex:
             if isinstance(anc, cst.FunctionDef):
                 return anc
         return self.module
+
+
+def _blank_line(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.EmptyLine) and node.comment is None
+
+
+def _parent_map(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:
+    """child -> parent for every node, reading the nodes' fields directly (every field holding
+    a node or a sequence of nodes: the same relation as libcst's `children`, much faster)."""
+    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    stack: list[cst.CSTNode] = [module]
+    fields_of = _NODE_FIELDS
+    while stack:
+        node = stack.pop()
+        names = fields_of.get(type(node))
+        if names is None:
+            names = fields_of[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+        for name in names:
+            value = getattr(node, name)
+            if isinstance(value, cst.CSTNode):
+                parents[value] = node
+                stack.append(value)
+            elif isinstance(value, (tuple, list)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        parents[item] = node
+                        stack.append(item)
+    return parents
+
+
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _same_nodes(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 # --- small syntax helpers --------------------------------------------------------------------
@@ -282,22 +393,46 @@ def split_leading(stmt: cst.BaseStatement) -> tuple[tuple[cst.EmptyLine, ...], t
 
 
 class NodeSwap(cst.CSTTransformer):
-    """Replaces nodes (by identity) with new nodes, several nodes, or nothing."""
+    """Replaces nodes (by identity) with new nodes, several nodes, or nothing.
 
-    def __init__(self, mapping: dict[int, object]) -> None:
+    With `inside` (the ids of the nodes above the replaced ones) only those nodes are rebuilt:
+    every other subtree is kept as it is, the same objects, which is what lets the fixed module
+    be rendered and compared statement by statement."""
+
+    def __init__(self, mapping: dict[int, object], inside: set[int] | None = None) -> None:
         super().__init__()
         self.mapping = mapping
+        self.inside = inside
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # a replaced node's own children need no visit: its replacement is used as given
+        return self.inside is None or id(node) in self.inside
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         return self.mapping.get(id(original_node), updated_node)
 
 
-def replace_nodes(module: cst.Module, mapping: dict[cst.CSTNode, object]) -> cst.Module:
-    return module.visit(NodeSwap({id(k): v for k, v in mapping.items()}))  # type: ignore[return-value]
+def replace_nodes(index: SourceIndex, mapping: dict[cst.CSTNode, object]) -> cst.Module:
+    """The module of `index` with the given nodes replaced (by a node, a FlattenSentinel or
+    RemoveFromParent)."""
+    inside: set[int] | None = set()
+    for node in mapping:
+        if node is index.module:
+            inside = None
+            break
+        parent = index.parents.get(node)
+        if parent is None:  # not a node of this module: fall back to visiting everything
+            inside = None
+            break
+        while parent is not None and id(parent) not in inside:
+            inside.add(id(parent))
+            parent = index.parents.get(parent)
+    swap = NodeSwap({id(k): v for k, v in mapping.items()}, inside)
+    return index.module.visit(swap)  # type: ignore[return-value]
 
 
 def move_statement(
-    module: cst.Module,
+    index: SourceIndex,
     stmt: cst.BaseStatement,
     block: Sequence[cst.BaseStatement],
     after: cst.BaseStatement,
@@ -309,8 +444,8 @@ def move_statement(
     stay, travel = split_leading(stmt)
     moved = stmt.with_changes(leading_lines=travel)
     mapping: dict[cst.CSTNode, object] = {stmt: cst.RemoveFromParent()}
-    index = list(block).index(stmt)
-    follower = block[index + 1] if index + 1 < len(block) else None
+    at = list(block).index(stmt)
+    follower = block[at + 1] if at + 1 < len(block) else None
     if follower is not None and stay:
         mapping[follower] = follower.with_changes(leading_lines=(*stay, *follower.leading_lines))
     if first_in is not None:
@@ -320,4 +455,4 @@ def move_statement(
     else:
         current = mapping.get(after, after)
         mapping[after] = cst.FlattenSentinel([current, moved])  # type: ignore[list-item]
-    return replace_nodes(module, mapping)
+    return replace_nodes(index, mapping)

@@ -51,6 +51,6 @@ def fix_torch_load(index: SourceIndex, finding: Finding) -> Change | None:
             spacing = call.args[-2].comma.whitespace_after
     new = _keyword(call, spacing)
     return Change(
-        replace_nodes(index.module, {call: new}),
+        replace_nodes(index, {call: new}),
         "pass `weights_only=True` (a checkpoint with non-tensor objects then fails to load)",
     )

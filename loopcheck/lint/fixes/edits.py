@@ -1,5 +1,8 @@
 """Text edits: the difference between the source and its fixed rendering as minimal
-replacements (1-based lines and columns, end exclusive), and applying them back."""
+replacements (1-based lines and columns, end exclusive), and applying them back.
+
+`edits_replacing` gives the same edits as `edits_between` when only a known span of the source
+was re-rendered, in time proportional to that span rather than to the file."""
 
 from __future__ import annotations
 
@@ -38,7 +41,12 @@ def _lines(text: str) -> list[str]:
 
 
 def _line_starts(text: str) -> list[int]:
-    return [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+    starts = [0]
+    index = text.find("\n")
+    while index != -1:
+        starts.append(index + 1)
+        index = text.find("\n", index + 1)
+    return starts
 
 
 def _position(starts: list[int], offset: int) -> tuple[int, int]:
@@ -53,16 +61,48 @@ def _offset(starts: list[int], line: int, column: int) -> int:
 def edits_between(old: str, new: str) -> list[Edit]:
     """The smallest line hunks turning old into new; a hunk of one line into one line is
     narrowed to the characters that change."""
-    a, b = _lines(old), _lines(new)
+    return _hunks(old, _lines(old), _lines(new), 0)
+
+
+def edits_replacing(old: str, start: int, end: int, content: str) -> list[Edit]:
+    """`edits_between(old, old[:start] + content + old[end:])`, without splitting or comparing
+    the whole text: only the replaced span and as many following lines as the comparison needs.
+    `start` must be the start of a line and `end` the start of a line or the end of the text."""
+    line0 = old.count("\n", 0, start)
+    stop = end
+    while True:
+        before, after = old[start:stop], content + old[end:stop]
+        a, b = _lines(before), _lines(after)
+        if before == after:
+            return []
+        if _head(a, b) < min(len(a), len(b)) or stop >= len(old):
+            # the first difference lies inside the window; whatever follows the window is the
+            # same unchanged text on both sides, so the hunks are those of the whole texts
+            return _hunks(before, a, b, line0)
+        for _ in range(max(8, len(a))):  # the head match ran through the window: widen it
+            next_line = old.find("\n", stop)
+            stop = len(old) if next_line == -1 else next_line + 1
+            if stop >= len(old):
+                break
+
+
+def _head(a: list[str], b: list[str]) -> int:
+    lo = 0
+    while lo < min(len(a), len(b)) and a[lo] == b[lo]:
+        lo += 1
+    return lo
+
+
+def _hunks(old: str, a: list[str], b: list[str], line0: int) -> list[Edit]:
+    """Hunks turning lines a (the lines of `old`) into lines b; line numbers are shifted by
+    line0 (the lines that precede `old` in the file)."""
     a_starts = [0]
     for line in a:
         a_starts.append(a_starts[-1] + len(line))
     starts = _line_starts(old)
     # A fix touches a few lines of a possibly huge file: match the unchanged head and tail
     # directly and give only the middle to difflib, whose cost grows with the square of it.
-    lo = 0
-    while lo < min(len(a), len(b)) and a[lo] == b[lo]:
-        lo += 1
+    lo = _head(a, b)
     hi = 0
     while hi < min(len(a), len(b)) - lo and a[-1 - hi] == b[-1 - hi]:
         hi += 1
@@ -83,7 +123,7 @@ def edits_between(old: str, new: str) -> list[Edit]:
         end = a_starts[i2] - tail
         line, column = _position(starts, start)
         end_line, end_column = _position(starts, end)
-        out.append(Edit(line, column, end_line, end_column, after[head : len(after) - tail]))
+        out.append(Edit(line + line0, column, end_line + line0, end_column, after[head : len(after) - tail]))
     return out
 
 

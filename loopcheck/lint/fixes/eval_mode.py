@@ -79,6 +79,6 @@ def fix_eval_no_grad(index: SourceIndex, finding: Finding) -> Change | None:
         body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=())]),
     )
     return Change(
-        replace_nodes(index.module, {loop: wrapped}),
+        replace_nodes(index, {loop: wrapped}),
         f"run the evaluation loop under `{spelled}()`",
     )

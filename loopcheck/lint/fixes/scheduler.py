@@ -65,5 +65,5 @@ def fix_scheduler_order(index: SourceIndex, finding: Finding) -> Change | None:
     ):
         return None
     target = body[end]
-    new = move_statement(index.module, stmt, body, target)
+    new = move_statement(index, stmt, body, target)
     return Change(new, f"move `{scheduler}.step()` after the optimizer step")

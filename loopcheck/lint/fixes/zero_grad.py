@@ -51,7 +51,7 @@ def _after_step(index: SourceIndex, stmt: cst.BaseStatement, body: list, at: int
         end = with_update(body, first)
         if leaves_block(body[at + 1 : end + 1]):
             return None
-        return Change(move_statement(index.module, stmt, body, body[end]), "reset the gradients right after the step")
+        return Change(move_statement(index, stmt, body, body[end]), "reset the gradients right after the step")
     if isinstance(target, cst.If) and _accumulation_guard(index, target) and target.orelse is None:
         inner = target.body
         steps = [s for s in step_statements(index, inner) if index.parent(s) is inner]
@@ -63,7 +63,7 @@ def _after_step(index: SourceIndex, stmt: cst.BaseStatement, body: list, at: int
             return None
         end = with_update(inner_body, pos)
         return Change(
-            move_statement(index.module, stmt, body, inner_body[end]),
+            move_statement(index, stmt, body, inner_body[end]),
             "reset the gradients right after the accumulated step",
         )
     return None
@@ -81,7 +81,7 @@ def _loop_top(index: SourceIndex, stmt: cst.BaseStatement, block: cst.CSTNode) -
     if not steps or any(_guarded(index, s, block) for s in steps) or _model_says_accumulation(index, loop):
         return None
     return Change(
-        move_statement(index.module, stmt, body, body[0], first_in=block),
+        move_statement(index, stmt, body, body[0], first_in=block),
         "reset the gradients at the top of the iteration, before the forward pass",
     )
 

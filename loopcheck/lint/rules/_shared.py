@@ -16,7 +16,7 @@ import libcst as cst
 
 from loopcheck.lint.loopmodel import CallSite, Event, Loop, LoopKind
 from loopcheck.lint.positions import node_span
-from loopcheck.lint.rules.base import FileContext
+from loopcheck.lint.rules.base import FileContext, walk, walk_pruned
 
 # --- guards ------------------------------------------------------------------------------------
 
@@ -134,17 +134,12 @@ class Trace:
     def function_at(self, line: int) -> int:
         """Start line of the outermost function around `line` (0: module level)."""
         if self._functions is None:
-            spans: list[tuple[int, int]] = []
-
-            class _Defs(cst.CSTVisitor):
-                def visit_FunctionDef(inner, node: cst.FunctionDef) -> bool:
-                    start, _, end, _ = node_span(module, node)
-                    spans.append((start, end))
-                    return False
-
             module = self.module
-            module.visit(_Defs())
-            self._functions = spans
+            self._functions = [  # outermost functions and the methods of classes
+                node_span(module, node)[::2]
+                for node in walk_pruned(module, (cst.FunctionDef,))
+                if isinstance(node, cst.FunctionDef)
+            ]
         for start, end in self._functions:
             if start <= line <= end:
                 return start
@@ -190,16 +185,18 @@ class Trace:
 
 def nodes_of(root: cst.CSTNode, kind: type | tuple[type, ...]) -> list:
     """Every node of `kind` under `root` (root included), in source order."""
-    found: list = []
+    if isinstance(root, cst.Module):
+        everything = _MODULE_NODES.get(id(root))
+        if everything is None or everything[0] is not root:
+            if len(_MODULE_NODES) > 16:
+                _MODULE_NODES.clear()
+            everything = _MODULE_NODES[id(root)] = (root, [node for node, _ in walk(root)])
+        return [node for node in everything[1] if isinstance(node, kind)]
+    return [node for node, _ in walk(root) if isinstance(node, kind)]
 
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, kind):
-                found.append(node)
-            return True
 
-    root.visit(_Find())
-    return found
+# module -> every node of it (one walk serves all the queries of the rules on a module)
+_MODULE_NODES: dict[int, tuple[cst.Module, list[cst.CSTNode]]] = {}
 
 
 def module_of(path: str, ctx: FileContext) -> cst.Module | None:

@@ -17,8 +17,8 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
 from loopcheck.lint.positions import node_span
-from loopcheck.lint.rules._shared import Trace, iteration_loop
-from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.rules._shared import Trace, iteration_loop, nodes_of
+from loopcheck.lint.rules.base import FileContext, Rule, child_nodes
 from loopcheck.lint.values import ModuleIndex, dotted, index_for
 
 K = EventKind
@@ -48,17 +48,14 @@ def _opaque_scaler_calls(trace: Trace) -> list[int]:
     }
     found: list[int] = []
 
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            func = dotted(node.func) or ""
-            if func in scalers or func.rsplit(".", 1)[0] in scalers:
-                return
-            if any(dotted(a.value) in scalers for a in node.args):
-                line = node_span(trace.module, node)[0]
-                if (trace.path, line) not in followed:
-                    found.append(line)
-
-    trace.module.visit(_Calls())
+    for node in nodes_of(trace.module, cst.Call):
+        func = dotted(node.func) or ""
+        if func in scalers or func.rsplit(".", 1)[0] in scalers:
+            continue
+        if any(dotted(a.value) in scalers for a in node.args):
+            line = node_span(trace.module, node)[0]
+            if (trace.path, line) not in followed:
+                found.append(line)
     _OPAQUE[trace] = found
     return found
 
@@ -242,10 +239,11 @@ _AMP_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
 
 class DeprecatedAmpApi(Rule):
     code = "LC405"
+    requires = (r"\bamp\b",)  # torch.cuda.amp / torch.cpu.amp, however imported, names `amp`
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         finder = _DeprecatedUses(index_for(ctx.path, ctx.module))
-        ctx.module.visit(finder)
+        finder.run(ctx.module)
         for node, old in finder.imports:
             new = _import_advice(old)
             yield self.finding(ctx, node, f"`{old}` is deprecated; {new}")
@@ -264,9 +262,27 @@ def _import_advice(old: str) -> str:
     )
 
 
-class _DeprecatedUses(cst.CSTVisitor):
+class _DeprecatedUses:
     """Deprecated AMP imports and uses. A use is the call when the name is called (that is what a
     fix rewrites), otherwise the reference itself."""
+
+    def run(self, module: cst.Module) -> None:
+        """Walk the module in source order; a `visit_X` returning False leaves X's children out."""
+        stack: list[cst.CSTNode] = [module]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.ImportFrom):
+                self.visit_ImportFrom(node)
+                continue
+            if isinstance(node, cst.Import):
+                self.visit_Import(node)
+                continue
+            if isinstance(node, cst.Call):
+                self.visit_Call(node)
+            elif isinstance(node, cst.Attribute) and not self.visit_Attribute(node):
+                continue
+            stack.extend(reversed(child_nodes(node)))
+        self.leave_Module(module)
 
     def __init__(self, index: ModuleIndex) -> None:
         self.index = index

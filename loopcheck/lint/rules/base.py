@@ -16,6 +16,7 @@ holds only the check. Subclasses register themselves on definition.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
@@ -24,6 +25,7 @@ import libcst as cst
 
 from loopcheck.catalog import RulePage, page
 from loopcheck.findings import Finding, Severity
+from loopcheck.lint.syntax import child_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
 
 if TYPE_CHECKING:
     from loopcheck.lint.loopmodel import Event, ModuleModel
@@ -83,58 +85,38 @@ class FileContext:
         """The syntactic parent of a node of this module (None for the module itself)."""
         return self._nodes[1].get(id(node))
 
+    @cached_property
+    def texts(self) -> list[str] | None:
+        """The text of this file, then of every other file the loop model's events come from;
+        None when one of those cannot be read back."""
+        texts = [self.source]
+        paths = {e.path for e in self.model.events if e.path and e.path != self.path}
+        if paths:
+            from pathlib import Path
 
-_SKIPPED_FIELDS = frozenset({
-    "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators", "trailing_whitespace",
-    "header", "footer", "newline", "equal", "colon", "dot", "indent", "star_tok", "lbracket", "rbracket",
-    "lbrace", "rbrace", "asynchronous",
-})
-# dataclass field order differs from source order for these
-_FIELDS: dict[type, tuple[str, ...]] = {
-    cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
-    cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
-    cst.IfExp: ("body", "test", "orelse"),
-    cst.ExceptHandler: ("type", "name", "body"),
-    cst.ExceptStarHandler: ("type", "name", "body"),
-    cst.Arg: ("keyword", "value"),
-    cst.ImportFrom: ("relative", "module", "names"),
-}
+            from loopcheck.lint.project import parse_path
 
+            for path in sorted(paths):
+                parsed = parse_path(Path(path))
+                if parsed is None:  # changed or gone since
+                    return None
+                texts.append(parsed.source)
+        return texts
 
-def _child_fields(tp: type) -> tuple[str, ...]:
-    found = _FIELDS.get(tp)
-    if found is None:
-        import dataclasses
-
-        found = _FIELDS[tp] = tuple(
-            f.name for f in dataclasses.fields(tp)
-            if f.name not in _SKIPPED_FIELDS and "whitespace" not in f.name and not f.name.endswith("colon")
-        )
-    return found
-
-
-def walk(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None]]:
-    """(node, parent) for every node under `root`, root first, in source order.
-
-    Reads the nodes' fields directly instead of going through libcst's visitor machinery,
-    which is about ten times faster."""
-    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(root, None)]
-    while stack:
-        node, parent = stack.pop()
-        yield node, parent
-        children: list[tuple[cst.CSTNode, cst.CSTNode | None]] = []
-        for name in _child_fields(type(node)):
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                children.append((value, node))
-            elif isinstance(value, (list, tuple)):
-                children.extend((v, node) for v in value if isinstance(v, cst.CSTNode))
-        children.reverse()
-        stack.extend(children)
+    def mentions(self, pattern: "re.Pattern[str]") -> bool:
+        """Whether `pattern` matches this file or a file the loop model followed (True when the
+        text of a followed file cannot be read back)."""
+        texts = self.texts
+        return texts is None or any(pattern.search(text) for text in texts)
 
 
 class Rule:
     code: ClassVar[str]
+    # Regular expressions: when set, the rule runs only if one of them matches the text of the
+    # file or of a project file whose code the loop model followed (where the rule's events can
+    # come from). Declared only where a finding is impossible without such a word, e.g. a
+    # checkpoint rule without any `save`: a cheap way to skip work, never a change of results.
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -187,6 +169,19 @@ class Rule:
             end_column=span.end_column,
             fix=fix,
         )
+
+
+def required_pattern(rule: type[Rule]) -> "re.Pattern[str] | None":
+    """The rule's `requires` as one compiled pattern (None: the rule always runs)."""
+    if not rule.requires:
+        return None
+    found = _REQUIRED.get(rule.requires)
+    if found is None:
+        found = _REQUIRED[rule.requires] = re.compile("|".join(f"(?:{p})" for p in rule.requires))
+    return found
+
+
+_REQUIRED: dict[tuple[str, ...], "re.Pattern[str]"] = {}
 
 
 def all_rules() -> list[type[Rule]]:

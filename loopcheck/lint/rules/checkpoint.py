@@ -13,7 +13,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role
 from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, SCHEDULER, Facts, Saved, name_of
-from loopcheck.lint.rules._shared import Trace
+from loopcheck.lint.rules._shared import Trace, nodes_of
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import index_for
 
@@ -21,16 +21,10 @@ K = EventKind
 
 def _assigns_attribute(module: cst.Module, attr: str) -> bool:
     """Whether the module assigns `<something>.<attr> = ...` anywhere."""
-    found = False
-
-    class _Targets(cst.CSTVisitor):
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            nonlocal found
-            if isinstance(node.target, cst.Attribute) and node.target.attr.value == attr:
-                found = True
-
-    module.visit(_Targets())
-    return found
+    return any(
+        isinstance(node.target, cst.Attribute) and node.target.attr.value == attr
+        for node in nodes_of(module, cst.AssignTarget)
+    )
 
 def _describe(saved: Saved) -> str:
     return "this checkpoint" if not saved.path_text else f"the checkpoint saved to `{saved.path_text}`"
@@ -40,6 +34,7 @@ class _CheckpointRule(Rule):
     """A training checkpoint lacks `item` while the script uses it."""
 
     item: str
+    requires = (r"\bsave(?:_state)?\b",)  # checkpoints are SAVE events: torch.save, accelerator.save_state
 
     def needed(self, facts: Facts) -> bool:
         raise NotImplementedError
@@ -157,6 +152,7 @@ class CheckpointMissingEma(_CheckpointRule):
 
 class TorchLoadUnsafe(Rule):
     code = "LC508"
+    requires = (r"\bload\b",)  # `torch.load`, `th.load`, `from torch import load`
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         index = index_for(ctx.path, ctx.module)
@@ -176,6 +172,7 @@ class TorchLoadUnsafe(Rule):
 
 class WholeModelPickled(Rule):
     code = "LC509"
+    requires = (r"\bsave(?:_state)?\b",)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         model = ctx.model

@@ -194,9 +194,7 @@ class LossFlow(Flow):
         params = [p.name.value for p in fnode.params.params]
         skip = 1 if params and params[0] == "self" else 0
         found: list[Sink] = []
-        for call in func.index.calls:
-            if func.index.scope_of(call) is not fnode:
-                continue
+        for call in func.index.calls_in(fnode):
             inner = self.sink(func.index, call, depth + 1)
             if inner is None or inner.loss == "other":
                 continue

@@ -31,7 +31,7 @@ from loopcheck.lint.rules._saves import (
     text_items,
 )
 from loopcheck.lint.rules._shared import Trace, call_site, module_of, nodes_of
-from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.rules.base import FileContext, Rule, walk, walk_pruned
 from loopcheck.lint.values import ModuleIndex, code_of, dotted, index_for
 
 K = EventKind
@@ -41,6 +41,7 @@ K = EventKind
 
 class ResumeEpochOffByOne(Rule):
     code = "LC507"
+    requires = (r"\bsave(?:_state)?\b",)  # the finished epoch is known from a save in the loop
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         model = ctx.model
@@ -173,14 +174,12 @@ def _epoch_reads(scope: cst.CSTNode, start: str, keys: set[str], module: cst.Mod
     loaded = _loaded_names(scope)
     whole_class = isinstance(scope, cst.ClassDef)
 
-    class _Assigns(cst.CSTVisitor):
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            nonlocal adjusted
+    # a method's nested functions are not its code; a class's methods are
+    for node in walk_pruned(scope, () if whole_class else (cst.FunctionDef,)):
+        if isinstance(node, cst.AugAssign):
             if dotted(node.target) == start:
                 adjusted = True
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            nonlocal adjusted
+        elif isinstance(node, cst.Assign):
             for target in node.targets:
                 index = _target_index(target.target, start)
                 if index is None:
@@ -196,11 +195,6 @@ def _epoch_reads(scope: cst.CSTNode, start: str, keys: set[str], module: cst.Mod
                 key = _checkpoint_key(value, keys, loaded, helpers, index)
                 if key is not None:
                     reads.append((node, key))
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return whole_class or node is scope
-
-    scope.visit(_Assigns())
     return [] if adjusted else reads
 
 
@@ -217,18 +211,13 @@ def _target_index(target: cst.BaseExpression, name: str) -> int | None:
 
 def _names_in(node: cst.CSTNode) -> set[str]:
     found: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
+    for n, _ in walk(node):
+        if isinstance(n, cst.Attribute):
             text = dotted(n)
             if text:
                 found.add(text)
-            return True
-
-        def visit_Name(self, n: cst.Name) -> None:
+        elif isinstance(n, cst.Name):
             found.add(n.value)
-
-    node.visit(_Names())
     return found
 
 
@@ -276,17 +265,12 @@ def _helper_returns_key(
     found: list[str | None] = []
     loaded = _loaded_names(helper)
 
-    class _Returns(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
+    for node in walk_pruned(helper, (cst.FunctionDef,)):  # the helper's own returns
+        if isinstance(node, cst.Return):
             value = node.value
             if index >= 0 and isinstance(value, (cst.Tuple, cst.List)):
                 value = value.elements[index].value if index < len(value.elements) else None
             found.append(_checkpoint_key(value, keys, loaded, helpers, depth=1) if value is not None else None)
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is helper
-
-    helper.visit(_Returns())
     keys_found = {k for k in found if k is not None}
     return keys_found.pop() if len(keys_found) == 1 else None
 
@@ -294,16 +278,13 @@ def _helper_returns_key(
 def _loaded_names(scope: cst.CSTNode) -> set[str]:
     """Names assigned from a `*load*(...)` call in `scope` (`ckpt = torch.load(path)`)."""
     names: set[str] = set()
-
-    class _Loads(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
+    for node, _ in walk(scope):
+        if isinstance(node, cst.Assign):
             if isinstance(node.value, cst.Call) and "load" in (dotted(node.value.func) or "").split(".")[-1]:
                 for target in node.targets:
                     text = dotted(target.target)
                     if text:
                         names.add(text)
-
-    scope.visit(_Loads())
     return names
 
 
@@ -561,6 +542,7 @@ def _restored_by_hand(index: ModuleIndex) -> set[str]:
 
 class ResumeStateNotRestored(Rule):
     code = "LC510"
+    requires = (r"\bload\b",)  # a resume is a torch.load (however imported, the name `load`)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         facts = Facts.of(ctx)

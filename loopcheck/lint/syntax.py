@@ -1,0 +1,77 @@
+"""Fast walks over libcst trees: a node's meaningful children read straight from its fields,
+in source order (whitespace, commas and parentheses left out).
+
+libcst's visitors and `node.children` rebuild or re-visit every node and cost about ten times
+more; the loop model, the rules and the fixes walk trees through these functions instead.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+_SKIPPED_FIELDS = frozenset({
+    "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators", "trailing_whitespace",
+    "header", "footer", "newline", "equal", "colon", "dot", "indent", "star_tok", "lbracket", "rbracket",
+    "lbrace", "rbrace", "asynchronous",
+})
+# dataclass field order differs from source order for these
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
+    cst.Arg: ("keyword", "value"),
+    cst.ImportFrom: ("relative", "module", "names"),
+}
+
+
+def _child_fields(tp: type) -> tuple[str, ...]:
+    found = _FIELDS.get(tp)
+    if found is None:
+        import dataclasses
+
+        found = _FIELDS[tp] = tuple(
+            f.name for f in dataclasses.fields(tp)
+            if f.name not in _SKIPPED_FIELDS and "whitespace" not in f.name and not f.name.endswith("colon")
+        )
+    return found
+
+
+def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes `walk` goes through, in source order (whitespace and punctuation left out)."""
+    children: list[cst.CSTNode] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            children.append(value)
+        elif isinstance(value, (list, tuple)):
+            children.extend(v for v in value if isinstance(v, cst.CSTNode))
+    return children
+
+
+def walk(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None]]:
+    """(node, parent) for every node under `root`, root first, in source order.
+
+    Reads the nodes' fields directly instead of going through libcst's visitor machinery,
+    which is about ten times faster."""
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(root, None)]
+    while stack:
+        node, parent = stack.pop()
+        yield node, parent
+        stack.extend((child, node) for child in reversed(child_nodes(node)))
+
+
+def walk_pruned(root: cst.CSTNode, prune: tuple[type, ...]) -> Iterator[cst.CSTNode]:
+    """Like `walk` (nodes only, root first, source order), without going below the nodes of the
+    `prune` types other than root (they themselves are yielded): what a libcst visitor whose
+    `visit_X` returns False sees."""
+    stack: list[cst.CSTNode] = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if node is not root and isinstance(node, prune):
+            continue
+        stack.extend(reversed(child_nodes(node)))
