@@ -1,10 +1,16 @@
-"""Lint speed: `check_paths` against a bare libcst parse of the same files, in one run.
+"""Lint speed: `check_paths` against a bare libcst parse, a warm cache, and TorchFix, in one run.
 
 The fixtures (single files and multi-file projects) are copied into a temporary tree until it
 holds at least `--files` Python files. Both measurements use the same number of worker
 processes and run interleaved, `--repeat` times each; the medians and their ratio are printed.
 The target is a ratio of at most 2.0: parsing is the floor, the loop model and the rules should
 cost no more than one more parse.
+
+Then, on the same tree and with the same number of processes, the command line itself:
+`loopcheck lint --no-cache` (cold) against `loopcheck lint` on the unchanged tree with a warm
+`.loopcheck_cache/` (target: at least 10x faster), and the cold run against TorchFix, which is
+installed into its own environment (`benchmarks/.torchfix-venv`: it pins an older libcst) and is
+never a dependency of loopcheck. `--no-cli` skips those two comparisons.
 
 `--single-lines N` measures one large file instead: the single-file fixtures concatenated until
 the file has at least N lines (one process; the fixes of its many findings are part of the cost).
@@ -19,6 +25,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -92,12 +99,64 @@ def lint_all(root: Path, jobs: int, select: str | None) -> tuple[float, int]:
     return time.perf_counter() - start, len(report.findings)
 
 
+def run_cli(command: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - start
+
+
+def loopcheck_cli(root: Path, jobs: int, *, cache: bool) -> list[str]:
+    command = [sys.executable, "-m", "loopcheck", "lint", str(root), "--format", "json", "--jobs", str(jobs), "--isolated"]
+    return command if cache else command + ["--no-cache"]
+
+
+def warm_against_cold(root: Path, jobs: int, repeat: int) -> None:
+    """The command line twice: without the cache, and on an unchanged tree with a warm cache."""
+    (root / "pyproject.toml").write_text("[project]\nname = 'speed-tree'\n")  # the cache lives at the project root
+    run_cli(loopcheck_cli(root, jobs, cache=True), REPO)  # fill the cache once
+    cold, warm = [], []
+    for _ in range(repeat):
+        cold.append(run_cli(loopcheck_cli(root, jobs, cache=False), REPO))
+        warm.append(run_cli(loopcheck_cli(root, jobs, cache=True), REPO))
+    c, w = statistics.median(cold), statistics.median(warm)
+    print(f"loopcheck lint, cold (--no-cache): median {c:.2f}s   warm cache, unchanged tree: median {w:.2f}s")
+    print(f"ratio cold / warm: {c / w:.1f}x faster when warm  (target >= 10x)")
+
+
+def torchfix_env() -> Path | None:
+    """TorchFix in the benchmark's own virtual environment (it pins an older libcst than loopcheck's)."""
+    env = REPO / "benchmarks" / ".torchfix-venv"
+    exe = env / "bin" / "torchfix"
+    if not exe.exists():
+        print("installing torchfix into benchmarks/.torchfix-venv ...", file=sys.stderr)
+        made = subprocess.run([sys.executable, "-m", "venv", str(env)], capture_output=True)
+        if made.returncode == 0:
+            subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "torchfix"], capture_output=True)
+    return exe if exe.exists() else None
+
+
+def against_torchfix(root: Path, jobs: int, repeat: int) -> None:
+    """loopcheck (cold) and TorchFix over the same files, same number of processes, interleaved."""
+    exe = torchfix_env()
+    if exe is None:
+        print("torchfix: skipped (it could not be installed into benchmarks/.torchfix-venv)")
+        return
+    ours, theirs = [], []
+    for _ in range(repeat):
+        ours.append(run_cli(loopcheck_cli(root, jobs, cache=False), REPO))
+        theirs.append(run_cli([str(exe), "--jobs", str(jobs), str(root)], REPO))
+    o, t = statistics.median(ours), statistics.median(theirs)
+    print(f"loopcheck lint (cold): median {o:.2f}s   torchfix: median {t:.2f}s")
+    print(f"ratio loopcheck / torchfix: {o / t:.2f}x  (below 1: loopcheck is faster; TorchFix runs other, syntax-level rules, so this is for scale)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=500)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--select", default=None, help="only these codes or prefixes (default: every rule)")
+    parser.add_argument("--no-cli", action="store_true", help="skip the warm-cache and TorchFix comparisons")
     parser.add_argument("--single-lines", type=int, default=0, help="measure one file of at least this many lines")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="loopcheck-speed-") as tmp:
@@ -122,6 +181,9 @@ def main() -> None:
         print(f"bare libcst parse: median {parse_median:.2f}s  ({', '.join(f'{t:.2f}' for t in parse_times)})")
         print(f"check_paths:       median {lint_median:.2f}s  ({', '.join(f'{t:.2f}' for t in lint_times)})")
         print(f"ratio: {lint_median / parse_median:.2f}x  (target <= 2.0x)")
+        if not args.no_cli and not args.single_lines:
+            warm_against_cold(root, args.jobs, args.repeat)
+            against_torchfix(root, args.jobs, args.repeat)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Iterator
 import libcst as cst
 
 from loopcheck.lint.syntax import child_nodes
+from loopcheck.lint.values import dotted
 
 
 class Role(str, Enum):
@@ -330,14 +331,7 @@ _EXPRESSION_PART: dict[type, bool] = {}
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
-    parts: list[str] = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if isinstance(node, cst.Name):
-        parts.append(node.value)
-        return ".".join(reversed(parts))
-    return None
+    return dotted(node)
 
 
 def _body(node: cst.BaseSuite) -> list:

@@ -43,13 +43,28 @@ def _child_fields(tp: type) -> tuple[str, ...]:
 def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The child nodes `walk` goes through, in source order (whitespace and punctuation left out)."""
     children: list[cst.CSTNode] = []
-    for name in _child_fields(type(node)):
+    fields = _FIELDS.get(type(node)) or _child_fields(type(node))
+    is_node = _IS_NODE
+    for name in fields:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = type(value)
+        found = is_node.get(kind)
+        if found is None:
+            found = is_node[kind] = issubclass(kind, cst.CSTNode)
+        if found:
             children.append(value)
-        elif isinstance(value, (list, tuple)):
-            children.extend(v for v in value if isinstance(v, cst.CSTNode))
+        elif kind is list or kind is tuple:
+            for v in value:
+                found = is_node.get(type(v))
+                if found is None:
+                    found = is_node[type(v)] = isinstance(v, cst.CSTNode)
+                if found:
+                    children.append(v)
     return children
+
+
+# type -> whether its instances are nodes (a dict lookup instead of an ABC isinstance check)
+_IS_NODE: dict[type, bool] = {}
 
 
 def walk(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None]]:
@@ -75,3 +90,29 @@ def walk_pruned(root: cst.CSTNode, prune: tuple[type, ...]) -> Iterator[cst.CSTN
         if node is not root and isinstance(node, prune):
             continue
         stack.extend(reversed(child_nodes(node)))
+
+
+def module_nodes(module: cst.Module) -> tuple[list[cst.CSTNode], dict[int, cst.CSTNode]]:
+    """Every node of `module` in `walk` order, and id(node) -> parent; one walk per module,
+    shared by the rules (kept for the few most recent modules)."""
+    found = _MODULE_NODES.get(id(module))
+    if found is not None and found[0] is module:
+        return found[1], found[2]
+    nodes: list[cst.CSTNode] = []
+    parents: dict[int, cst.CSTNode] = {}
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        children = child_nodes(node)
+        for child in children:
+            parents[id(child)] = node
+        children.reverse()
+        stack.extend(children)
+    if len(_MODULE_NODES) > 16:
+        _MODULE_NODES.clear()
+    _MODULE_NODES[id(module)] = (module, nodes, parents)
+    return nodes, parents
+
+
+_MODULE_NODES: dict[int, tuple[cst.Module, list[cst.CSTNode], dict[int, cst.CSTNode]]] = {}

@@ -62,12 +62,20 @@ def torch_name(qualified: str | None, table: dict[str, str]) -> str | None:
 
 def dotted(expr: cst.CSTNode | None) -> str | None:
     """`a.b.c` for a Name / Attribute chain, else None."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        head = dotted(expr.value)
-        return f"{head}.{expr.attr.value}" if head else None
+    kind = _DOTTED_KIND.get(type(expr))
+    if kind is None:  # a dict lookup per type instead of ABC isinstance checks per call
+        kind = _DOTTED_KIND[type(expr)] = (
+            1 if isinstance(expr, cst.Name) else 2 if isinstance(expr, cst.Attribute) else 0
+        )
+    if kind == 1:
+        return expr.value  # type: ignore[union-attr]
+    if kind == 2:
+        head = dotted(expr.value)  # type: ignore[union-attr]
+        return f"{head}.{expr.attr.value}" if head else None  # type: ignore[union-attr]
     return None
+
+
+_DOTTED_KIND: dict[type, int] = {}
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -126,12 +134,19 @@ def _fields_of(node: cst.CSTNode) -> list[cst.CSTNode]:
             f.name for f in dataclasses.fields(node) if not f.name.startswith(_LAYOUT)
         )
     out: list[cst.CSTNode] = []
+    is_node = _IS_NODE
     for name in names:
         value = getattr(node, name)
-        if type(value) in (list, tuple):
-            out.extend(v for v in value if _node(v))
-        elif _node(value):
-            out.append(value)
+        kind = type(value)
+        if kind is list or kind is tuple:
+            for v in value:
+                found = is_node.get(type(v))
+                if found or (found is None and _node(v)):
+                    out.append(v)
+        else:
+            found = is_node.get(kind)
+            if found or (found is None and _node(value)):
+                out.append(value)
     return out
 
 
@@ -177,11 +192,13 @@ class ModuleIndex:
         # costs more than the whole analysis. Bindings get their order after their value, so a
         # name used in its own assignment (`x = f(x)`) sees the previous binding.
         order, kids, parent = self.order, self.kids, self.parent
+        note, noted = self._note, _NOTED
         stack: list[tuple[cst.CSTNode, bool]] = [(module, False)]
         while stack:
             node, leaving = stack.pop()
             if leaving:
-                self._note(node, len(order))
+                if type(node) in noted:
+                    note(node, len(order))
                 continue
             order[id(node)] = len(order)
             children = _fields_of(node)

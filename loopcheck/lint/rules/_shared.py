@@ -16,7 +16,7 @@ import libcst as cst
 
 from loopcheck.lint.loopmodel import CallSite, Event, Loop, LoopKind
 from loopcheck.lint.positions import node_span
-from loopcheck.lint.rules.base import FileContext, walk, walk_pruned
+from loopcheck.lint.rules.base import FileContext, module_nodes, walk, walk_pruned
 
 # --- guards ------------------------------------------------------------------------------------
 
@@ -185,18 +185,9 @@ class Trace:
 
 def nodes_of(root: cst.CSTNode, kind: type | tuple[type, ...]) -> list:
     """Every node of `kind` under `root` (root included), in source order."""
-    if isinstance(root, cst.Module):
-        everything = _MODULE_NODES.get(id(root))
-        if everything is None or everything[0] is not root:
-            if len(_MODULE_NODES) > 16:
-                _MODULE_NODES.clear()
-            everything = _MODULE_NODES[id(root)] = (root, [node for node, _ in walk(root)])
-        return [node for node in everything[1] if isinstance(node, kind)]
+    if isinstance(root, cst.Module):  # one shared walk serves all the queries on a module
+        return [node for node in module_nodes(root)[0] if isinstance(node, kind)]
     return [node for node, _ in walk(root) if isinstance(node, kind)]
-
-
-# module -> every node of it (one walk serves all the queries of the rules on a module)
-_MODULE_NODES: dict[int, tuple[cst.Module, list[cst.CSTNode]]] = {}
 
 
 def module_of(path: str, ctx: FileContext) -> cst.Module | None:

@@ -25,7 +25,7 @@ import libcst as cst
 
 from loopcheck.catalog import RulePage, page
 from loopcheck.findings import Finding, Severity
-from loopcheck.lint.syntax import child_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
+from loopcheck.lint.syntax import child_nodes, module_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
 
 if TYPE_CHECKING:
     from loopcheck.lint.loopmodel import Event, ModuleModel
@@ -63,15 +63,9 @@ class FileContext:
 
         return span_of(self, node)
 
-    @cached_property
+    @property
     def _nodes(self) -> tuple[list[cst.CSTNode], dict[int, cst.CSTNode]]:
-        nodes: list[cst.CSTNode] = []
-        parents: dict[int, cst.CSTNode] = {}
-        for node, parent in walk(self.module):
-            nodes.append(node)
-            if parent is not None:
-                parents[id(node)] = parent
-        return nodes, parents
+        return module_nodes(self.module)
 
     def nodes(self, *types: type) -> list[cst.CSTNode]:
         """Every node of these types in the module, in source order, from one shared walk.

@@ -451,8 +451,9 @@ class LossRetainsGraph(Rule):
         flow = LossFlow(ctx)
         index = flow.main
         reported: set[int] = set()
+        names: dict[tuple[str, int], set[str]] = {}  # per function, shared by its loops
         for loop in _training_loops(ctx, index):
-            for node, holder, loss in _kept_losses(flow, index, loop):
+            for node, holder, loss in _kept_losses(flow, index, loop, names):
                 if id(node) in reported:
                     continue
                 reported.add(id(node))
@@ -486,8 +487,12 @@ def _loops_with_backward(index: ModuleIndex) -> Iterator[tuple[int, cst.For | cs
             current = index.parent.get(id(current))
 
 
-def _kept_losses(flow: LossFlow, index: ModuleIndex, loop: cst.For | cst.While) -> Iterator[tuple[cst.CSTNode, str, str]]:
+def _kept_losses(
+    flow: LossFlow, index: ModuleIndex, loop: cst.For | cst.While, names: dict[tuple[str, int], set[str]]
+) -> Iterator[tuple[cst.CSTNode, str, str]]:
     body = list(index.scoped(loop.body))
+    if not any(_may_keep(index, n) for n in body):
+        return  # nothing in the loop can hold on to a value: skip tracing the losses
     targets = {_key(e) for n in body if isinstance(n, cst.Call) for e in _backward_inputs(n)}
     targets.discard("")
     # `loss = out["loss"]; loss.backward()`: `out["loss"]` is the loss too
@@ -498,13 +503,15 @@ def _kept_losses(flow: LossFlow, index: ModuleIndex, loop: cst.For | cst.While) 
     tracker = _LossTracker(flow, index, targets)
     rebound = _rebound(index, body)
     scope = index.scope_of(loop)
-    wanted = _backpropagated_names(index, scope)
+    wanted = set(_per_function(names, "wanted", scope, lambda f: _backpropagated_names(index, f)))
     cls = index.class_of(scope) if isinstance(scope, cst.FunctionDef) else None
     if cls is not None:  # `self.buffer` filled here, reset or back-propagated in another method
         for name, method in index.methods(cls).items():
-            wanted |= {n for n in _backpropagated_names(index, method) if n.startswith("self.")}
+            fed = _per_function(names, "wanted", method, lambda f: _backpropagated_names(index, f))
+            wanted |= {n for n in fed if n.startswith("self.")}
             if name != "__init__" and method is not scope:
-                rebound |= {n for n in _rebound(index, list(index.scoped(method))) if n.startswith("self.")}
+                fresh = _per_function(names, "rebound", method, lambda f: _rebound(index, list(index.scoped(f))))
+                rebound |= {n for n in fresh if n.startswith("self.")}
     for n in body:
         if isinstance(n, cst.Assign) and len(n.targets) == 1:
             target = n.targets[0].target
@@ -538,6 +545,27 @@ def _kept_losses(flow: LossFlow, index: ModuleIndex, loop: cst.For | cst.While) 
                 if loss:
                     yield n, _key(holder), loss
                     break
+
+
+def _per_function(names: dict[tuple[str, int], set[str]], kind: str, func: cst.CSTNode, compute) -> set[str]:
+    """`compute(func)`, computed once per function for all the loops of one file (do not modify)."""
+    key = (kind, id(func))
+    found = names.get(key)
+    if found is None:
+        found = names[key] = compute(func)
+    return found
+
+
+def _may_keep(index: ModuleIndex, n: cst.CSTNode) -> bool:
+    """Whether `n` has the shape of a statement `_kept_losses` can report (a cheap necessary test)."""
+    if isinstance(n, cst.Call):
+        return isinstance(n.func, cst.Attribute) and n.func.attr.value in _KEEP_METHODS
+    if isinstance(n, cst.AugAssign):
+        return isinstance(n.operator, (cst.AddAssign, cst.SubtractAssign)) and bool(_root(n.target))
+    if isinstance(n, cst.Assign) and len(n.targets) == 1:
+        name = dotted(n.targets[0].target)
+        return name is not None and name in _names_in(index, n.value)
+    return False
 
 
 def _rebound(index: ModuleIndex, body: list[cst.CSTNode]) -> set[str]:
