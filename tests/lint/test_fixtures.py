@@ -8,7 +8,6 @@ warning-level findings are compared; info findings are advice and are not marked
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,10 @@ import pytest
 from loopcheck.findings import Severity
 from loopcheck.lint.api import lint_paths
 
+from ._support import expected
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
-_MARK = re.compile(r"#\s*expect:\s*(LC\d+(?:\s*,\s*LC\d+)*)")
 
 
 def _units() -> list[Path]:
@@ -35,11 +35,7 @@ def expected_marks(files: list[Path]) -> set[tuple[str, int, str]]:
     marks: set[tuple[str, int, str]] = set()
     for f in files:
         rel = f.relative_to(REPO).as_posix()
-        for number, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1):
-            match = _MARK.search(line)
-            if match:
-                for code in match.group(1).split(","):
-                    marks.add((rel, number, code.strip()))
+        marks |= {(rel, number, code) for number, code in expected(f.read_text(encoding="utf-8"))}
     return marks
 
 

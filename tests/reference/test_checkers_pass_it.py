@@ -3,17 +3,17 @@ writes), the probe on a run of it. The examples the demo lints carry `# expect:`
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+
+from tests.lint._support import expected
 
 from .conftest import assert_runs_identical, run, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "loopcheck" / "reference"
 EXAMPLES = ROOT / "examples"
-EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
 
 
 def lint_paths(paths):
@@ -41,21 +41,12 @@ def test_linter_reports_nothing_on_the_init_template(tmp_path):
     assert describe(lint_paths([target])) == []
 
 
-def expected_marks(path: Path):
-    marks = set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        match = EXPECT.search(line)
-        if match:
-            marks |= {(number, code.strip()) for code in match.group(1).split(",") if code.strip()}
-    return marks
-
-
 @pytest.mark.parametrize("name", ["buggy_train.py", "fixed_train.py"])
 def test_examples_give_exactly_their_marked_findings(name):
     path = EXAMPLES / name
     findings = lint_paths([path])
     found = {(f.line, f.code) for f in findings if f.severity.value in ("error", "warning")}
-    assert found == expected_marks(path)
+    assert found == expected(path.read_text(encoding="utf-8"))
     if name == "buggy_train.py":
         families = {code[:3] for _, code in found}
         assert {"LC2", "LC3", "LC4", "LC5", "LC6"} <= families
