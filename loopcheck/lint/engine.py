@@ -229,6 +229,7 @@ def check_source(
 
 def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project: Any, result: FileResult) -> FileResult:
     from loopcheck.lint.rules.base import FileContext, all_rules, required_pattern
+    from loopcheck.lint.positions import register_source
 
     try:
         module = cst.parse_module(text)
@@ -241,6 +242,7 @@ def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project:
     except Exception as exc:  # noqa: BLE001 - the parser's own failures must not stop the run
         result.errors.append(LintError(path, None, f"cannot parse: {type(exc).__name__}: {_one_line(exc)}"))
         return result
+    register_source(module, text)
     if project is not None and not path.startswith("<"):
         from loopcheck.lint.project import remember
 

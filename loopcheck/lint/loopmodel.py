@@ -89,11 +89,24 @@ class Binding:
     cadence: SchedulerCadence | None = None  # schedulers only
     evidence: str = "constructor"  # "constructor" | "usage" | "name"
     path: str = ""  # file of the constructor
-    line: int | None = None
     # role-specific facts: optimizer "params_of" (frozenset of model names whose parameters it
     # updates); scheduler "optimizer"; loader "split" ("train"/"eval"/None), "sampler", "shuffle"
     # (source text or None), "batch_sampler"; wrapped models "wraps".
     detail: dict = field(default_factory=dict)
+    node: cst.CSTNode | None = field(default=None, repr=False, compare=False)  # what made the binding
+    module: cst.Module | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def line(self) -> int | None:
+        """Line of the node that made the binding (None when unknown)."""
+        if self.node is None or self.module is None:
+            return None
+        found = self.__dict__.get("_line")
+        if found is None:
+            from loopcheck.lint.positions import node_span
+
+            found = self.__dict__["_line"] = node_span(self.module, self.node)[0]
+        return found
 
 
 @dataclass(frozen=True)
@@ -111,19 +124,62 @@ class CallSite:
 
     callee: str  # qualified name of the called function: "train_one_epoch", "Trainer.step"
     path: str
-    line: int
+    node: cst.CSTNode = field(repr=False)  # the call
+    module: cst.Module | None = field(default=None, repr=False, compare=False)  # where the call is
+
+    @property
+    def line(self) -> int:
+        found = self.__dict__.get("_line")
+        if found is None:
+            from loopcheck.lint.positions import node_span
+
+            found = node_span(self.module, self.node)[0] if self.module is not None else 0
+            object.__setattr__(self, "_line", found)  # a cache, not state: equality ignores it
+        return found
+
+
+class _Placed:
+    """Line and column of a model object's `node`, computed on first use: most events are never
+    reported, and positions cost a render of the statement that holds them."""
+
+    node: cst.CSTNode
+    module: "cst.Module | None"
+
+    @property
+    def span(self) -> tuple[int, int, int, int]:
+        """(line, column, end_line, end_column) of the node, 1-based."""
+        found = self.__dict__.get("_span")
+        if found is None:
+            from loopcheck.lint.positions import node_span
+
+            found = node_span(self.module, self.node) if self.module is not None else (0, 0, 0, 0)
+            self.__dict__["_span"] = found
+        return found
+
+    @property
+    def line(self) -> int:
+        return self.span[0]
+
+    @property
+    def column(self) -> int:
+        """1-based, as reported."""
+        return self.span[1]
+
+    @property
+    def end_line(self) -> int:
+        return self.span[2]
+
+    @property
+    def end_column(self) -> int:
+        return self.span[3]
 
 
 @dataclass
-class Event:
+class Event(_Placed):
     kind: EventKind
     target: str | None  # canonical name of the object acted on (optimizer, scheduler, model, ...)
     node: cst.CSTNode  # the call / statement, for positions and fixes
     path: str  # the file the node lives in (an inlined callee may be in another module)
-    line: int
-    column: int  # 1-based, as reported
-    end_line: int
-    end_column: int
     guards: tuple[Guard, ...] = ()
     via: tuple[CallSite, ...] = ()  # how the loop body reached this event (empty: written in the body)
     no_grad: bool = False  # runs under no_grad / inference_mode / set_grad_enabled(False)
@@ -131,6 +187,7 @@ class Event:
     detail: dict = field(default_factory=dict)  # kind-specific: "closure", "args", "keys", "metric", ...
     autocast: bool = False  # runs under autocast (torch.autocast, torch.amp/cuda.amp.autocast, accelerator.autocast)
     grad_conditional: bool = False  # under set_grad_enabled(<not a constant>): grad mode unknown
+    module: cst.Module | None = field(default=None, repr=False, compare=False)  # where `node` lives
 
     @property
     def guarded(self) -> bool:
@@ -142,11 +199,10 @@ class Event:
 
 
 @dataclass
-class Loop:
+class Loop(_Placed):
     kind: LoopKind
     node: cst.For | cst.While
     path: str
-    line: int
     parent: "Loop | None" = None
     children: list["Loop"] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)  # direct events, in source order (not nested loops')
@@ -154,10 +210,10 @@ class Loop:
     via: tuple[CallSite, ...] = ()
     iter_text: str = ""  # source of the iterable / condition, e.g. "enumerate(train_loader)"
     loader: str | None = None  # canonical name of the loader iterated (for / next(iter(...))), when known
-    column: int = 1
     # how each trace ends: None (falls through to the next iteration), "continue", "break",
     # "return" or "raise"; parallel to `traces`
     trace_ends: list[str | None] = field(default_factory=list)
+    module: cst.Module | None = field(default=None, repr=False, compare=False)  # where `node` lives
     # canonical names passed to calls the model could not follow (an unknown helper may reset or
     # step them): rules that need to see every use of an object stay silent when it escapes
     escapes: set[str] = field(default_factory=set)
@@ -175,11 +231,10 @@ class Loop:
             yield from child.walk()
 
     def all_events(self) -> list[Event]:
-        """Direct events and those of nested loops, in source order."""
+        """Direct events, then those of each nested loop."""
         out: list[Event] = []
         for loop in self.walk():
             out.extend(loop.events)
-        out.sort(key=lambda e: (e.path, e.line, e.column))
         return out
 
 
@@ -328,6 +383,11 @@ _EXPRESSION_PARTS = (
     cst.SubscriptElement, cst.BaseSlice, cst.ComparisonTarget, cst.FormattedStringExpression,
 )
 _EXPRESSION_PART: dict[type, bool] = {}
+# expressions without calls to visit (literals and names), or whose calls run later (definitions)
+_OPAQUE_EXPRESSIONS = frozenset({
+    cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Ellipsis, cst.Imaginary,
+    cst.Lambda, cst.FunctionDef, cst.ClassDef,
+})
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
@@ -366,7 +426,7 @@ def _positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
 
 
 def _literal_bool(node: cst.BaseExpression | None) -> bool | None:
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+    if type(node) is cst.Name and node.value in ("True", "False"):
         return node.value == "True"
     return None
 
@@ -379,7 +439,7 @@ class _Class:
         self.bases = [b for b in (_dotted(a.value) for a in node.bases if not a.keyword) if b]
         self.methods: dict[str, cst.FunctionDef] = {}
         for stmt in node.body.body:
-            if isinstance(stmt, cst.FunctionDef):
+            if type(stmt) is cst.FunctionDef:
                 self.methods[stmt.name.value] = stmt
 
     def base_classes(self, seen: set[int] | None = None) -> list["_Class"]:
@@ -439,11 +499,11 @@ class _Unit:
             self._index(stmt, top=True)
 
     def _index(self, stmt: cst.CSTNode, top: bool) -> None:
-        if isinstance(stmt, cst.FunctionDef):
+        if type(stmt) is cst.FunctionDef:
             self.functions.setdefault(stmt.name.value, stmt)
-        elif isinstance(stmt, cst.ClassDef):
+        elif type(stmt) is cst.ClassDef:
             self.classes.setdefault(stmt.name.value, _Class(stmt.name.value, stmt, self))
-        elif isinstance(stmt, cst.SimpleStatementLine):
+        elif type(stmt) is cst.SimpleStatementLine:
             for small in stmt.body:
                 if isinstance(small, (cst.Import, cst.ImportFrom)):
                     self.add_import(small)
@@ -452,7 +512,7 @@ class _Unit:
         elif isinstance(stmt, (cst.If, cst.Try)) and top:
             # imports guarded by try/except ImportError or `if TYPE_CHECKING` still name modules
             for inner in _walk_statements(stmt):
-                if isinstance(inner, cst.SimpleStatementLine):
+                if type(inner) is cst.SimpleStatementLine:
                     for small in inner.body:
                         if isinstance(small, (cst.Import, cst.ImportFrom)):
                             self.add_import(small)
@@ -461,10 +521,10 @@ class _Unit:
             self.top_level.append(stmt)
 
     def add_import(self, node: cst.Import | cst.ImportFrom) -> None:
-        if isinstance(node, cst.Import):
+        if type(node) is cst.Import:
             for alias in node.names:
                 full = _dotted(alias.name) or ""
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                if alias.asname is not None and type(alias.asname.name) is cst.Name:
                     local = alias.asname.name.value
                     self.imports[local] = full
                     self.local_imports[local] = (full, None, 0)
@@ -475,22 +535,25 @@ class _Unit:
             return
         level = len(node.relative)
         module = _dotted(node.module) if node.module is not None else ""
-        if isinstance(node.names, cst.ImportStar):
+        if type(node.names) is cst.ImportStar:
             return
         for alias in node.names:
             name = _dotted(alias.name) or ""
             local = name
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
                 local = alias.asname.name.value
             origin = f"{module}.{name}" if module else name
             self.imports[local] = ("." * level) + origin if level else origin
             self.local_imports[local] = (module or "", name, level)
 
     def text(self, node: cst.CSTNode) -> str:
-        """Source text of a node of this file (a slice of the position table's code)."""
-        from loopcheck.lint.positions import table_for
+        """Source text of a node of this file."""
+        if isinstance(node, (cst.BaseExpression, cst.Parameters)) and not type(node) is cst.StarredElement:
+            # these render exactly their source text (others may add a trailing comma)
+            return self.module.code_for_node(node).strip()
+        from loopcheck.lint.positions import positions_for
 
-        found = table_for(self.module).text(node)
+        found = positions_for(self.module).text(node)
         if found is None:
             found = self.module.code_for_node(node)
         return found.strip()
@@ -565,7 +628,7 @@ def _walk_statements(stmt: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield node
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine)):
             continue
-        for child in node.children:
+        for child in child_nodes(node):
             if isinstance(child, (cst.BaseSuite, cst.BaseStatement, cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
                 stack.append(child)
             elif isinstance(child, cst.CSTNode) and hasattr(child, "body") and not isinstance(child, cst.BaseExpression):
@@ -742,8 +805,6 @@ class _Builder:
         self.call_values: dict[int, _Value] = {}
         self.covered: set[int] = set()
         self.inlined = 0
-        self.event_units: dict[int, _Unit] = {}
-        self.loop_units: dict[int, _Unit] = {}
 
     # ---- project --------------------------------------------------------------------------
 
@@ -768,19 +829,19 @@ class _Builder:
         """Module-level constructor assignments of a followed module (its functions may use them)."""
         frame = _Frame(unit)
         for stmt in unit.top_level:
-            if isinstance(stmt, cst.SimpleStatementLine):
+            if type(stmt) is cst.SimpleStatementLine:
                 for small in stmt.body:
-                    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    if type(small) is cst.Assign and len(small.targets) == 1:
                         target = small.targets[0].target
-                        if isinstance(target, cst.Name):
+                        if type(target) is cst.Name:
                             self._bind_ctor(target.value, small.value, frame)
 
     # ---- names ----------------------------------------------------------------------------
 
     def canon(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             return frame.env.get(node.value, node.value)
-        if isinstance(node, cst.Attribute):
+        if type(node) is cst.Attribute:
             base = self.canon(node.value, frame)
             return f"{base}.{node.attr.value}" if base is not None else None
         return None
@@ -799,10 +860,10 @@ class _Builder:
     def _strip(self, node: cst.BaseExpression, frame: _Frame) -> cst.BaseExpression:
         """`model.to(dev)`, `DDP(model)`, `unwrap_model(model)` -> `model`."""
         for _ in range(8):
-            if not isinstance(node, cst.Call):
+            if not type(node) is cst.Call:
                 return node
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _MOVE_METHODS:
+            if type(func) is cst.Attribute and func.attr.value in _MOVE_METHODS:
                 node = func.value
                 continue
             name = _dotted(func)
@@ -820,22 +881,22 @@ class _Builder:
         """What an expression is, for aliasing and for returns."""
         if isinstance(node, (cst.Tuple, cst.List)):
             return _Value(elems=[self.value_of(e.value, frame) for e in node.elements])
-        if isinstance(node, cst.Dict) or (isinstance(node, cst.Call) and _dotted(node.func) == "dict"):
+        if type(node) is cst.Dict or (type(node) is cst.Call and _dotted(node.func) == "dict"):
             return _Value(dict_=self._dict_of(node, frame))
-        if isinstance(node, cst.IfExp):
+        if type(node) is cst.IfExp:
             body = self.value_of(node.body, frame)
             if body.canon is None and not _is_none(node.body):
                 return body
             return self.value_of(node.orelse, frame) if _is_none(node.body) else body
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             known = self.call_values.get(id(node))
             if known is not None:
                 return known
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "prepare" and len(node.args) > 1:
+            if type(func) is cst.Attribute and func.attr.value == "prepare" and len(node.args) > 1:
                 return _Value(elems=[self.value_of(a.value, frame) for a in node.args])
         divided: bool | None = _divides(node)
-        if not divided and isinstance(node, cst.Call) and self._opaque(node, frame):
+        if not divided and type(node) is cst.Call and self._opaque(node, frame):
             divided = None
         stripped = self._strip(node, frame)
         canon = self.canon(stripped, frame)
@@ -846,12 +907,12 @@ class _Builder:
     def _opaque(self, call: cst.Call, frame: _Frame) -> bool:
         """A call whose result the model cannot know anything about (an unknown helper)."""
         func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _TENSOR_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in _TENSOR_METHODS:
             return False
         qual = frame.unit.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
         if qual is None:
             return True
-        if qual.split(".")[0] in ("torch", "F", "nn") or (isinstance(func, cst.Name) and func.value in _BUILTINS):
+        if qual.split(".")[0] in ("torch", "F", "nn") or (type(func) is cst.Name and func.value in _BUILTINS):
             return False
         name = self.target(func, frame) or ""
         if name in self.bindings:
@@ -868,7 +929,7 @@ class _Builder:
     def event(self, kind: EventKind, target: str | None, node: cst.CSTNode, frame: _Frame,
               pending: str | None = None, **detail: object) -> Event:
         ev = Event(
-            kind=kind, target=target, node=node, path=frame.unit.path, line=0, column=0, end_line=0, end_column=0,
+            kind=kind, target=target, node=node, path=frame.unit.path, module=frame.unit.module,
             guards=tuple(self.guards), via=frame.via, no_grad=frame.no_grad,
             loop=self.loop_stack[-1] if self.loop_stack else None, detail=dict(detail),
             autocast=frame.autocast, grad_conditional=frame.grad_conditional,
@@ -876,7 +937,6 @@ class _Builder:
         if pending:
             ev.detail["_resolve"] = pending
             self.pending.append(ev)
-        self.event_units[id(ev)] = frame.unit
         self.block.append(ev)
         self.events.append(ev)
         if self.loop_stack:
@@ -898,14 +958,9 @@ class _Builder:
         b = Binding(name=name, role=role, cls=cls, qualified=qualified, call=call, evidence=evidence,
                     path=frame.unit.path, detail=dict(detail))
         if node is not None:
-            b.line = self._line(frame.unit, node)
+            b.node, b.module = node, frame.unit.module
         self.bindings[name] = b
         return b
-
-    def _line(self, unit: _Unit, node: cst.CSTNode) -> int:
-        from loopcheck.lint.positions import node_span
-
-        return node_span(unit.module, node)[0]
 
     # ---- statements -----------------------------------------------------------------------
 
@@ -916,7 +971,7 @@ class _Builder:
                 break
 
     def walk_suite(self, suite: cst.BaseSuite, frame: _Frame) -> None:
-        if isinstance(suite, cst.SimpleStatementSuite):
+        if type(suite) is cst.SimpleStatementSuite:
             for small in suite.body:
                 self.walk_small(small, frame)
         else:
@@ -936,14 +991,14 @@ class _Builder:
         return block
 
     def walk_stmt(self, stmt: cst.CSTNode, frame: _Frame) -> None:
-        if isinstance(stmt, cst.SimpleStatementLine):
+        if type(stmt) is cst.SimpleStatementLine:
             for small in stmt.body:
                 self.walk_small(small, frame)
-        elif isinstance(stmt, cst.If):
+        elif type(stmt) is cst.If:
             self.walk_if(stmt, frame)
         elif isinstance(stmt, (cst.For, cst.While)):
             self.walk_loop(stmt, frame)
-        elif isinstance(stmt, cst.With):
+        elif type(stmt) is cst.With:
             self.walk_with(stmt, frame)
         elif isinstance(stmt, (cst.Try, cst.TryStar)):
             body = self.sub_block(stmt.body, frame)
@@ -955,9 +1010,9 @@ class _Builder:
             self.block.append(_Branch(alts))
             if stmt.finalbody is not None:
                 self.walk_suite(stmt.finalbody.body, frame)
-        elif isinstance(stmt, cst.FunctionDef):
+        elif type(stmt) is cst.FunctionDef:
             frame.local_funcs[stmt.name.value] = stmt
-        elif isinstance(stmt, cst.Match):
+        elif type(stmt) is cst.Match:
             self.walk_expr(stmt.subject, frame)
             self.block.append(_Branch([self.sub_block(case.body, frame) for case in stmt.cases] + [[]]))
 
@@ -969,7 +1024,7 @@ class _Builder:
             if known is not False:
                 self.walk_suite(stmt.body, frame)
             if known is not True and orelse is not None:
-                if isinstance(orelse, cst.If):
+                if type(orelse) is cst.If:
                     self.walk_if(orelse, frame)
                 else:
                     self.walk_suite(orelse.body, frame)
@@ -981,7 +1036,7 @@ class _Builder:
         self.blocks.append([])
         self.guards.append(negated)
         try:
-            if isinstance(orelse, cst.If):
+            if type(orelse) is cst.If:
                 self.walk_if(orelse, frame)
             elif orelse is not None:
                 self.walk_suite(orelse.body, frame)
@@ -992,35 +1047,35 @@ class _Builder:
 
     def _truth(self, test: cst.BaseExpression, frame: _Frame) -> bool | None:
         """The value of a test that only depends on a parameter the caller left as None."""
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             inner = self._truth(test.expression, frame)
             return None if inner is None else not inner
-        if isinstance(test, cst.Name) and test.value in ("True", "False"):
+        if type(test) is cst.Name and test.value in ("True", "False"):
             return test.value == "True"
         if isinstance(test, (cst.Name, cst.Attribute)):
             return _CONSTANTS.get(self.canon(test, frame) or "")
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        if type(test) is cst.Comparison and len(test.comparisons) == 1:
             comp = test.comparisons[0]
             if _is_none(comp.comparator) and isinstance(test.left, (cst.Name, cst.Attribute)) and self.canon(test.left, frame) == "None":
-                if isinstance(comp.operator, cst.Is):
+                if type(comp.operator) is cst.Is:
                     return True
-                if isinstance(comp.operator, cst.IsNot):
+                if type(comp.operator) is cst.IsNot:
                     return False
         return None
 
     def _param_loop_owner(self, iter_node: cst.BaseExpression, frame: _Frame, depth: int = 0) -> tuple[bool, str | None]:
         """Is this a loop over parameters (p.grad = None idioms)? And whose parameters?"""
         node = iter_node
-        while isinstance(node, cst.Call) and _dotted(node.func) in ("zip", "enumerate", "list", "filter", "tqdm"):
+        while type(node) is cst.Call and _dotted(node.func) in ("zip", "enumerate", "list", "filter", "tqdm"):
             node = node.args[-1].value if node.args else node
-            if isinstance(node, cst.Call) and _dotted(node.func) in ("zip", "enumerate", "list", "filter", "tqdm"):
+            if type(node) is cst.Call and _dotted(node.func) in ("zip", "enumerate", "list", "filter", "tqdm"):
                 continue
             break
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _PARAM_METHODS:
+        if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in _PARAM_METHODS:
             return True, self.target(node.func.value, frame)
-        if isinstance(node, cst.Attribute) and node.attr.value == "param_groups":
+        if type(node) is cst.Attribute and node.attr.value == "param_groups":
             return True, self.target(node.value, frame)
-        if isinstance(node, cst.Subscript) and _string(_index(node)) == "params":
+        if type(node) is cst.Subscript and _string(_index(node)) == "params":
             owner = self.canon(node.value, frame)
             return True, self.param_owner.get(owner or "", None)
         if isinstance(node, (cst.Name, cst.Attribute)):
@@ -1030,12 +1085,12 @@ class _Builder:
             if name is not None and name in self.assigned and depth < 2:
                 # params = list(model.parameters()); for p in params: ...
                 return self._param_loop_owner(self.assigned[name][1], frame, depth + 1)
-        if isinstance(node, cst.ListComp):  # [p for p in model.parameters() if p.requires_grad]
+        if type(node) is cst.ListComp:  # [p for p in model.parameters() if p.requires_grad]
             return self._param_loop_owner(node.for_in.iter, frame, depth + 1)
         return False, None
 
     def walk_loop(self, stmt: cst.For | cst.While, frame: _Frame) -> None:
-        if isinstance(stmt, cst.For):
+        if type(stmt) is cst.For:
             self.walk_expr(stmt.iter, frame)
             is_params, owner = self._param_loop_owner(stmt.iter, frame)
             if is_params or self.transparent:
@@ -1055,10 +1110,9 @@ class _Builder:
         else:
             iter_node = stmt.test
         parent = self.loop_stack[-1] if self.loop_stack else None
-        loop = Loop(kind=LoopKind.OTHER, node=stmt, path=frame.unit.path, line=0, parent=parent, via=frame.via,
+        loop = Loop(kind=LoopKind.OTHER, node=stmt, path=frame.unit.path, module=frame.unit.module, parent=parent, via=frame.via,
                     iter_text=frame.unit.text(iter_node))
-        self.loop_units[id(loop)] = frame.unit
-        loop.loader = self._loader_of(iter_node, frame) if isinstance(stmt, cst.For) else None
+        loop.loader = self._loader_of(iter_node, frame) if type(stmt) is cst.For else None
         if loop.loader:
             self.candidates.setdefault(loop.loader, frame.unit.path)
         (parent.children if parent is not None else self.loops).append(loop)
@@ -1068,7 +1122,7 @@ class _Builder:
         self.loop_stack.append(loop)
         self.blocks.append([])
         try:
-            if isinstance(stmt, cst.While):
+            if type(stmt) is cst.While:
                 self.walk_expr(stmt.test, frame)
             self.walk_suite(stmt.body, frame)
         finally:
@@ -1080,7 +1134,7 @@ class _Builder:
 
     def _loader_of(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
         for _ in range(4):
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 name = _dotted(node.func) or ""
                 last = name.rsplit(".", 1)[-1]
                 if last in ("enumerate", "tqdm", "iter", "zip", "islice", "trange", "track", "prefetch", "cycle") and node.args:
@@ -1107,7 +1161,7 @@ class _Builder:
             frame.no_grad, frame.autocast, frame.grad_conditional = saved
 
     def _enter_context(self, expr: cst.BaseExpression, node: cst.CSTNode, frame: _Frame) -> None:
-        if not isinstance(expr, cst.Call):
+        if not type(expr) is cst.Call:
             return
         qual = frame.unit.qualify(expr.func) or ""
         last = qual.rsplit(".", 1)[-1]
@@ -1135,36 +1189,36 @@ class _Builder:
     # ---- small statements -----------------------------------------------------------------
 
     def walk_small(self, small: cst.BaseSmallStatement, frame: _Frame) -> None:
-        if isinstance(small, cst.Expr):
+        if type(small) is cst.Expr:
             self.walk_expr(small.value, frame)
-            if isinstance(small.value, cst.Call):
+            if type(small.value) is cst.Call:
                 # `torch.set_grad_enabled(False)` as a statement switches grad off for what follows
                 qual = frame.unit.qualify(small.value.func) or ""
                 if qual.endswith("set_grad_enabled"):
                     self._enter_context(small.value, small, frame)
-        elif isinstance(small, cst.Assign):
+        elif type(small) is cst.Assign:
             self.walk_expr(small.value, frame)
             for target in small.targets:
                 self.assign(target.target, small.value, frame, small)
-        elif isinstance(small, cst.AnnAssign):
+        elif type(small) is cst.AnnAssign:
             if small.value is not None:
                 self.walk_expr(small.value, frame)
                 self.assign(small.target, small.value, frame, small)
             self._annotate(small.target, small.annotation.annotation, frame)
-        elif isinstance(small, cst.AugAssign):
+        elif type(small) is cst.AugAssign:
             self.walk_expr(small.value, frame)
             name = self.canon(small.target, frame)
             if name is not None and isinstance(small.operator, (cst.DivideAssign, cst.FloorDivideAssign)):
                 self.divided[name] = True
-        elif isinstance(small, cst.Return):
+        elif type(small) is cst.Return:
             if small.value is not None:
                 self.walk_expr(small.value, frame)
                 frame.returns.append(self.value_of(small.value, frame))
             self.block.append(_Jump("return"))
         elif isinstance(small, (cst.Continue, cst.Break)):
             if not self.transparent:
-                self.block.append(_Jump("continue" if isinstance(small, cst.Continue) else "break"))
-        elif isinstance(small, cst.Raise):
+                self.block.append(_Jump("continue" if type(small) is cst.Continue else "break"))
+        elif type(small) is cst.Raise:
             if small.exc is not None:
                 self.walk_expr(small.exc, frame)
             if not self.transparent:
@@ -1196,19 +1250,19 @@ class _Builder:
                 sub = val.elems[i] if val.elems is not None and i < len(val.elems) else _Value()
                 self._assign_value(t, sub, None, frame)
             return
-        if isinstance(target, cst.Subscript):
+        if type(target) is cst.Subscript:
             base = self.canon(target.value, frame)
             key = _string(_index(target))
             if base is not None and base in self.dicts:
                 self._put(self.dicts[base], key, value, frame)
             return
-        if isinstance(target, cst.Attribute) and target.attr.value == "grad":
-            if _is_none(value) or (isinstance(value, cst.Call) and (_dotted(value.func) or "").endswith("zeros_like")):
+        if type(target) is cst.Attribute and target.attr.value == "grad":
+            if _is_none(value) or (type(value) is cst.Call and (_dotted(value.func) or "").endswith("zeros_like")):
                 owner = self._grad_owner(target.value, frame)
                 self.event(EventKind.ZERO_GRAD, owner, stmt, frame, form="grad_none" if _is_none(value) else "grad_zero",
                            set_to_none=_is_none(value))
             return
-        if isinstance(target, cst.Attribute) and target.attr.value == "requires_grad":
+        if type(target) is cst.Attribute and target.attr.value == "requires_grad":
             if _literal_bool(value) is False:
                 owner = self._grad_owner(target.value, frame)
                 if owner:
@@ -1217,12 +1271,12 @@ class _Builder:
         self._assign_value(target, self.value_of(value, frame), value, frame)
 
     def _assign_value(self, target: cst.BaseExpression, val: _Value, value: cst.BaseExpression | None, frame: _Frame) -> None:
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             name = target.value
             tc = name
             known = None
             if isinstance(value, (cst.Comparison, cst.UnaryOperation)) or (
-                isinstance(value, cst.Name) and value.value not in _CONSTANTS
+                type(value) is cst.Name and value.value not in _CONSTANTS
             ):
                 known = self._truth(value, frame)
             if known is not None:  # `training = optimizer is not None` with optimizer left as None
@@ -1254,7 +1308,7 @@ class _Builder:
                 if src is not None:
                     self.bindings[tc] = Binding(name=tc, role=src.role, cls=src.cls, qualified=src.qualified,
                                                 call=src.call, cadence=src.cadence, evidence=src.evidence,
-                                                path=src.path, line=src.line, detail=dict(src.detail))
+                                                path=src.path, detail=dict(src.detail), node=src.node, module=src.module)
                 else:
                     self.usage.setdefault(tc, set()).add("alias:" + val.canon)
                 if val.canon in self.instances:
@@ -1273,7 +1327,7 @@ class _Builder:
         self.divided[tc] = val.divided
         if value is not None:
             self.assigned[tc] = (frame.unit, value)
-            if isinstance(value, cst.Call):
+            if type(value) is cst.Call:
                 fn = _dotted(value.func) or ""
                 if fn in ("iter", "cycle") or fn.endswith(".cycle") or fn.endswith("_iter"):
                     loader = self._loader_of(value, frame)
@@ -1314,14 +1368,14 @@ class _Builder:
 
     def _bind_ctor(self, name: str, value: cst.BaseExpression, frame: _Frame) -> bool:
         """Bind `name` when `value` constructs an object of a known role. True when it did."""
-        if isinstance(value, cst.IfExp):
+        if type(value) is cst.IfExp:
             side = value.orelse if _is_none(value.body) else value.body
             return self._bind_ctor(name, side, frame)
         call = value
         # Net().to(device), Net().cuda(): the constructor is inside
-        while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value in _MOVE_METHODS:
+        while type(call) is cst.Call and type(call.func) is cst.Attribute and call.func.attr.value in _MOVE_METHODS:
             call = call.func.value
-        if not isinstance(call, cst.Call):
+        if not type(call) is cst.Call:
             return False
         unit = frame.unit
         qual = unit.qualify(call.func)
@@ -1395,7 +1449,7 @@ class _Builder:
         while stack and seen < 200:
             seen += 1
             node = stack.pop()
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _PARAM_METHODS:
+            if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in _PARAM_METHODS:
                 owner = self.target(node.func.value, frame)
                 if owner:
                     owners.add(owner)
@@ -1406,8 +1460,8 @@ class _Builder:
                     stack.append(self.assigned[name][1])
                 continue
             if isinstance(node, cst.BaseExpression) or isinstance(node, (cst.Element, cst.DictElement, cst.Arg)):
-                stack.extend(c for c in node.children if isinstance(c, (cst.BaseExpression, cst.Element, cst.DictElement, cst.Arg, cst.CompFor)))
-            elif isinstance(node, cst.CompFor):
+                stack.extend(c for c in child_nodes(node) if isinstance(c, (cst.BaseExpression, cst.Element, cst.DictElement, cst.Arg, cst.CompFor)))
+            elif type(node) is cst.CompFor:
                 stack.append(node.iter)
         return owners
 
@@ -1425,7 +1479,7 @@ class _Builder:
 
     def _lambda_text(self, call: cst.Call, frame: _Frame) -> str:
         fn = _kw(call, "lr_lambda") or (_positional(call, 1) if call.args else None)
-        if isinstance(fn, cst.Name):
+        if type(fn) is cst.Name:
             found = frame.local_funcs.get(fn.value) or (frame.unit.functions.get(fn.value))
             if found is not None:
                 return frame.unit.text(found)
@@ -1435,20 +1489,19 @@ class _Builder:
 
     def walk_expr(self, node: cst.CSTNode, frame: _Frame) -> None:
         """Visit the calls of an expression, innermost (evaluated) first."""
-        if isinstance(node, cst.Call):
-            self.walk_expr(node.func, frame)
-            for arg in node.args:
+        kind = type(node)  # exact types: isinstance against libcst's ABCs is slow when it fails
+        if kind is cst.Call:
+            self.walk_expr(node.func, frame)  # type: ignore[attr-defined]
+            for arg in node.args:  # type: ignore[attr-defined]
                 self.walk_expr(arg.value, frame)
-            self.on_call(node, frame)
-        elif isinstance(node, (cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Ellipsis, cst.Imaginary)):
+            self.on_call(node, frame)  # type: ignore[arg-type]
+        elif kind in _OPAQUE_EXPRESSIONS:
             return
-        elif isinstance(node, cst.Attribute):
-            self.walk_expr(node.value, frame)
-        elif isinstance(node, cst.BinaryOperation):
-            self.walk_expr(node.left, frame)
-            self.walk_expr(node.right, frame)
-        elif isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
-            return
+        elif kind is cst.Attribute:
+            self.walk_expr(node.value, frame)  # type: ignore[attr-defined]
+        elif kind is cst.BinaryOperation:
+            self.walk_expr(node.left, frame)  # type: ignore[attr-defined]
+            self.walk_expr(node.right, frame)  # type: ignore[attr-defined]
         else:
             for child in child_nodes(node):
                 inner = _EXPRESSION_PART.get(type(child))
@@ -1464,7 +1517,7 @@ class _Builder:
         if self._try_inline(call, frame):
             return
         unit = frame.unit
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             attr = func.attr.value
             recv = func.value
             handler = _METHOD_HANDLERS.get(attr)
@@ -1475,7 +1528,7 @@ class _Builder:
         if last in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "dispatch_clip_grad", "clip_grad_norm_fp32"):
             params = _positional(call, 0) or _kw(call, "parameters")
             owner = None
-            if isinstance(params, cst.Call) and isinstance(params.func, cst.Attribute) and params.func.attr.value in _PARAM_METHODS:
+            if type(params) is cst.Call and type(params.func) is cst.Attribute and params.func.attr.value in _PARAM_METHODS:
                 owner = self.target(params.func.value, frame)
             self.event(EventKind.CLIP, owner, call, frame, fn=last,
                        params_text=unit.text(params) if params is not None else "")
@@ -1503,7 +1556,7 @@ class _Builder:
             return
         if self._project_class(func, frame) is not None:
             return  # constructing a model / EMA class of the project is not a forward pass
-        if isinstance(func, cst.Name) and func.value in _BUILTINS:
+        if type(func) is cst.Name and func.value in _BUILTINS:
             return
         self._escape(call, frame)
         # a forward pass: model(x)
@@ -1526,7 +1579,7 @@ class _Builder:
 
     def _m_zero_grad(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
-        if isinstance(recv, cst.Attribute) and recv.attr.value == "grad":  # p.grad.zero_grad? not a thing
+        if type(recv) is cst.Attribute and recv.attr.value == "grad":  # p.grad.zero_grad? not a thing
             return False
         self.use(name, "zero_grad", frame)
         stn = _kw(call, "set_to_none")
@@ -1537,9 +1590,9 @@ class _Builder:
     def _m_zero_(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         # p.grad.zero_() / p.grad.data.zero_()
         node = recv
-        if isinstance(node, cst.Attribute) and node.attr.value == "data":
+        if type(node) is cst.Attribute and node.attr.value == "data":
             node = node.value
-        if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+        if type(node) is cst.Attribute and node.attr.value == "grad":
             owner = self._grad_owner(node.value, frame)
             self.event(EventKind.ZERO_GRAD, owner, call, frame, form="grad_zero", set_to_none=False)
             return True
@@ -1565,13 +1618,13 @@ class _Builder:
         unit = frame.unit
         scaled = False
         scaler = None
-        if isinstance(tensor, cst.Call) and isinstance(tensor.func, cst.Attribute) and tensor.func.attr.value == "scale" and tensor.args:
+        if type(tensor) is cst.Call and type(tensor.func) is cst.Attribute and tensor.func.attr.value == "scale" and tensor.args:
             scaler = self.target(tensor.func.value, frame)
             self.use(scaler, "scale", frame)
             scaled = True
             tensor = tensor.args[0].value
         inner = tensor
-        while isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in ("mean", "sum", "float", "squeeze"):
+        while type(inner) is cst.Call and type(inner.func) is cst.Attribute and inner.func.attr.value in ("mean", "sum", "float", "squeeze"):
             inner = inner.func.value
         name = self.canon(inner, frame) if isinstance(inner, (cst.Name, cst.Attribute)) else None
         if name:
@@ -1602,16 +1655,16 @@ class _Builder:
         """Walk a closure passed to step(); its events run inside step, not in the loop's order."""
         fdef = None
         unit = frame.unit
-        if isinstance(closure, cst.Name):
+        if type(closure) is cst.Name:
             fdef = frame.local_funcs.get(closure.value) or unit.functions.get(closure.value)
-        if fdef is None and not isinstance(closure, cst.Lambda):
+        if fdef is None and not type(closure) is cst.Lambda:
             return []
         saved_events = len(self.events)
         saved_loop_stack = self.loop_stack
         self.loop_stack = []
         self.blocks.append([])
         try:
-            if isinstance(closure, cst.Lambda):
+            if type(closure) is cst.Lambda:
                 self.walk_expr(closure.body, frame)
             elif fdef is not None and fdef not in frame.stack:
                 inner = _Frame(unit, dict(frame.env), frame.cls, frame.via, frame.depth + 1, frame.stack + (fdef,), fdef.name.value)
@@ -1665,7 +1718,7 @@ class _Builder:
 
     def _m_mode(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
-        if name is None or isinstance(recv, cst.Call):
+        if name is None or type(recv) is cst.Call:
             return False
         attr = call.func.attr.value  # type: ignore[attr-defined]
         mode = _positional(call, 0) or _kw(call, "mode")
@@ -1696,10 +1749,10 @@ class _Builder:
         arg = _positional(call, 0) or _kw(call, "state_dict")
         key = None
         source = None
-        if isinstance(arg, cst.Subscript):
+        if type(arg) is cst.Subscript:
             key = _string(_index(arg))
             source = self.canon(arg.value, frame)
-        elif isinstance(arg, cst.Call) and isinstance(arg.func, cst.Attribute) and arg.func.attr.value == "get":
+        elif type(arg) is cst.Call and type(arg.func) is cst.Attribute and arg.func.attr.value == "get":
             key = _string(_positional(arg, 0))
             source = self.canon(arg.func.value, frame)
         self.event(EventKind.LOAD, name, call, frame, call=call, fn="load_state_dict", weights_only=None, key=key,
@@ -1719,14 +1772,14 @@ class _Builder:
 
     def _dict_of(self, node: cst.BaseExpression, frame: _Frame) -> _Dict:
         d = _Dict(frame.unit)
-        if isinstance(node, cst.Dict):
+        if type(node) is cst.Dict:
             for el in node.elements:
-                if isinstance(el, cst.DictElement):
+                if type(el) is cst.DictElement:
                     self._put(d, _string(el.key), el.value, frame)
                 else:  # {**base, ...}
                     d.merge(self._dict_of(el.value, frame))
             return d
-        if isinstance(node, cst.Call) and _dotted(node.func) == "dict":
+        if type(node) is cst.Call and _dotted(node.func) == "dict":
             for arg in node.args:
                 if arg.keyword is not None:
                     self._put(d, arg.keyword.value, arg.value, frame)
@@ -1744,9 +1797,9 @@ class _Builder:
         owner = self._state_owner(value, frame)
         if owner:
             d.owners.add(owner)
-        elif isinstance(value, cst.Dict):
+        elif type(value) is cst.Dict:
             for el in value.elements:
-                if isinstance(el, cst.DictElement):
+                if type(el) is cst.DictElement:
                     inner = self._state_owner(el.value, frame)
                     if inner:
                         d.owners.add(inner)
@@ -1758,9 +1811,9 @@ class _Builder:
 
     def _state_owner(self, node: cst.BaseExpression, frame: _Frame, depth: int = 0) -> str | None:
         """`model.state_dict()` (or a name bound to it) -> "model"."""
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
+        if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "state_dict":
             return self.target(node.func.value, frame)
-        if isinstance(node, cst.Call) and (_dotted(node.func) or "").endswith(("deepcopy", "copy")) and node.args:
+        if type(node) is cst.Call and (_dotted(node.func) or "").endswith(("deepcopy", "copy")) and node.args:
             return self._state_owner(node.args[0].value, frame, depth + 1)
         if depth < 2 and isinstance(node, (cst.Name, cst.Attribute)):
             name = self.canon(node, frame)
@@ -1797,7 +1850,7 @@ class _Builder:
         unit = frame.unit
         target: tuple[cst.FunctionDef, _Unit, _Class | None] | None = None
         bound_self = False
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             name = func.value
             if name in frame.local_funcs:
                 target = (frame.local_funcs[name], unit, frame.cls)
@@ -1814,15 +1867,15 @@ class _Builder:
                 if found_c is not None:
                     target = (found_c[0], found_c[1].unit, found_c[1])
                     bound_self = True
-        elif isinstance(func, cst.Attribute):
+        elif type(func) is cst.Attribute:
             attr = func.attr.value
             recv = func.value
-            if isinstance(recv, cst.Name) and recv.value == "self" and frame.cls is not None:
+            if type(recv) is cst.Name and recv.value == "self" and frame.cls is not None:
                 found_m = frame.cls.method(attr)
                 if found_m is not None:
                     target = (found_m[0], found_m[1].unit, found_m[1])
                     bound_self = True
-            elif isinstance(recv, cst.Call) and _dotted(recv.func) == "super" and frame.cls is not None:
+            elif type(recv) is cst.Call and _dotted(recv.func) == "super" and frame.cls is not None:
                 for base in frame.cls.base_classes():
                     if attr in base.methods:
                         target = (base.methods[attr], base.unit, base)
@@ -1916,13 +1969,13 @@ class _Builder:
                     self.dicts[pname] = val.dict.copy()
                 self.divided[pname] = val.divided
                 self._param_evidence(param, pname, unit)
-                if isinstance(arg, cst.Call):
+                if type(arg) is cst.Call:
                     self._bind_ctor(pname, arg, frame)
         for p in (fdef.params.star_arg, fdef.params.star_kwarg):
-            if isinstance(p, cst.Param):
+            if type(p) is cst.Param:
                 env[p.name.value] = p.name.value
         qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
-        site = CallSite(qualname, frame.unit.path, self._line(frame.unit, call))
+        site = CallSite(qualname, frame.unit.path, call, frame.unit.module)
         inner = _Frame(unit, env, cls, frame.via + (site,), frame.depth + 1, frame.stack + (fdef,), qualname)
         inner.no_grad, inner.autocast, inner.grad_conditional = frame.no_grad, frame.autocast, frame.grad_conditional
         self.blocks.append([])
@@ -1939,7 +1992,7 @@ class _Builder:
     def _decorators(self, fdef: cst.FunctionDef, frame: _Frame) -> None:
         for dec in fdef.decorators:
             expr = dec.decorator
-            qual = frame.unit.qualify(expr.func if isinstance(expr, cst.Call) else expr) or ""
+            qual = frame.unit.qualify(expr.func if type(expr) is cst.Call else expr) or ""
             last = qual.rsplit(".", 1)[-1]
             if last in ("no_grad", "inference_mode"):
                 frame.no_grad = True
@@ -1949,10 +2002,10 @@ class _Builder:
         self.candidates.setdefault(name, unit.path)
         if param.annotation is not None:
             ann = param.annotation.annotation
-            if isinstance(ann, cst.Subscript):  # Optional[GradScaler]
+            if type(ann) is cst.Subscript:  # Optional[GradScaler]
                 inner = _index(ann)
                 ann = inner if inner is not None else ann
-            if isinstance(ann, cst.BinaryOperation):  # GradScaler | None
+            if type(ann) is cst.BinaryOperation:  # GradScaler | None
                 ann = ann.left
             text = unit.qualify(ann) if isinstance(ann, (cst.Name, cst.Attribute)) else None
             if text:
@@ -1964,10 +2017,10 @@ class _Builder:
     # ---- entry points ---------------------------------------------------------------------
 
     def run(self) -> ModuleModel:
-        from loopcheck.lint.positions import table_for
+        from loopcheck.lint.positions import source_of
 
         unit = self.main
-        source = table_for(unit.module).code
+        source = source_of(unit.module)
         called = set(re.findall(r"(?<![\w.])(?<!def )(?<!class )([A-Za-z_]\w*)\s*\(", source))
         self_called = set(re.findall(r"(?:\bself|\bcls|super\(\))\.([A-Za-z_]\w*)\s*\(", source))
         frame = _Frame(unit, name="<module>")
@@ -1989,7 +2042,7 @@ class _Builder:
                 if id(fdef) in self.covered or name in self_called or name in _SKIP_ENTRY_METHODS:
                     continue
                 if fdef.name.value != "__init__" and any(
-                    isinstance(d.decorator, cst.Name) and d.decorator.value in ("property", "staticmethod")
+                    type(d.decorator) is cst.Name and d.decorator.value in ("property", "staticmethod")
                     for d in fdef.decorators
                 ):
                     continue
@@ -2008,7 +2061,7 @@ class _Builder:
             env[pname] = pname
             self._param_evidence(param, pname, unit)
         for p in (fdef.params.star_arg, fdef.params.star_kwarg):
-            if isinstance(p, cst.Param):
+            if type(p) is cst.Param:
                 env[p.name.value] = p.name.value
         qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
         frame = _Frame(unit, env, cls, (), 0, (fdef,), qualname)
@@ -2025,7 +2078,6 @@ class _Builder:
         self._resolve_roles()
         for ev in self.pending:
             self._resolve_event(ev)
-        self._place()
         for loop in self._all_loops():
             loop.events = [e for e in loop.events if id(e) not in self.dropped]
         events = [e for e in self.events if id(e) not in self.dropped]
@@ -2144,24 +2196,6 @@ class _Builder:
             if whole and whole in self.bindings and self.bindings[whole].role in (Role.MODEL, Role.EMA, Role.OPTIMIZER):
                 ev.detail["whole_object"] = whole
 
-    def _place(self) -> None:
-        from loopcheck.lint.positions import table_for
-
-        tables: dict[str, object] = {}
-        for ev in self.events + [e for ev2 in self.events for e in ev2.detail.get("closure_events", []) or []]:
-            unit = self.event_units.get(id(ev))
-            if unit is None:
-                continue
-            table = tables.get(unit.path)
-            if table is None:
-                table = tables[unit.path] = table_for(unit.module)
-            ev.line, ev.column, ev.end_line, ev.end_column = table.span(ev.node)  # type: ignore[attr-defined]
-        for loop in self._all_loops():
-            unit = self.loop_units.get(id(loop))
-            if unit is not None:
-                table = tables.get(unit.path) or table_for(unit.module)
-                loop.line, loop.column = table.span(loop.node)[:2]  # type: ignore[attr-defined]
-
     def _classify_loops(self) -> None:
         has_backward: dict[int, bool] = {}
         has_forward: dict[int, bool] = {}
@@ -2228,54 +2262,54 @@ _TENSOR_METHODS = frozenset({
 
 
 def _is_none(node: cst.CSTNode | None) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
+    return type(node) is cst.Name and node.value == "None"
 
 
 def _index(node: cst.Subscript) -> cst.BaseExpression | None:
-    if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+    if len(node.slice) == 1 and type(node.slice[0].slice) is cst.Index:
         return node.slice[0].slice.value
     return None
 
 
 def _target_names(node: cst.CSTNode) -> list[str]:
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return [node.value]
     if isinstance(node, (cst.Tuple, cst.List)):
         out: list[str] = []
         for el in node.elements:
             out.extend(_target_names(el.value))
         return out
-    if isinstance(node, cst.StarredElement):
+    if type(node) is cst.StarredElement:
         return _target_names(node.value)
     return []
 
 
 def _divides(node: cst.CSTNode) -> bool:
     """Is a loss expression divided (by an accumulation count or anything else)?"""
-    if isinstance(node, cst.BinaryOperation):
+    if type(node) is cst.BinaryOperation:
         if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
             return True
-        if isinstance(node.operator, cst.Multiply):
+        if type(node.operator) is cst.Multiply:
             return _is_fraction(node.left) or _is_fraction(node.right) or _divides(node.left) or _divides(node.right)
         return _divides(node.left) and _divides(node.right)
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("div", "div_"):
+    if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in ("div", "div_"):
         return True
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "mean":
+    if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "mean":
         # the mean over micro-batch losses: torch.stack(losses).mean()
         inner = node.func.value
-        return isinstance(inner, cst.Call) and (_dotted(inner.func) or "").rsplit(".", 1)[-1] in ("stack", "cat", "tensor")
-    if isinstance(node, cst.Call) and (_dotted(node.func) or "").rsplit(".", 1)[-1] == "mean":
+        return type(inner) is cst.Call and (_dotted(inner.func) or "").rsplit(".", 1)[-1] in ("stack", "cat", "tensor")
+    if type(node) is cst.Call and (_dotted(node.func) or "").rsplit(".", 1)[-1] == "mean":
         return bool(node.args) and isinstance(node.args[0].value, (cst.List, cst.ListComp, cst.Call))
     return False
 
 
 def _is_fraction(node: cst.CSTNode) -> bool:
-    if isinstance(node, cst.Float):
+    if type(node) is cst.Float:
         try:
             return float(node.value) < 1.0
         except ValueError:
             return False
-    return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)
+    return type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide
 
 
 def _split_of(name: str) -> str | None:
@@ -2288,7 +2322,7 @@ def _split_of(name: str) -> str | None:
 
 
 def _recv_name(func: cst.BaseExpression) -> str | None:
-    if isinstance(func, cst.Attribute):
+    if type(func) is cst.Attribute:
         return _dotted(func.value)
     return None
 

@@ -12,10 +12,12 @@ character (the SARIF convention), so a one-character node at column 5 ends at co
 
 from __future__ import annotations
 
+import ast
+import warnings
 from bisect import bisect_right
 from collections import OrderedDict
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -179,6 +181,7 @@ _TABLES: "OrderedDict[int, PositionTable]" = OrderedDict()
 
 
 def table_for(module: cst.Module) -> PositionTable:
+    """The whole-module table (one render of the module; kept for the few most recent ones)."""
     key = id(module)
     table = _TABLES.get(key)
     if table is not None and table.module is module:
@@ -191,8 +194,375 @@ def table_for(module: cst.Module) -> PositionTable:
     return table
 
 
+# --- positions one statement at a time --------------------------------------------------------
+
+
+class _Chunk:
+    """One statement (or its header) rendered on its own: token ranges, and where its text
+    starts in the source."""
+
+    __slots__ = ("ranges", "outer", "opened", "offsets", "base")
+
+    def __init__(self, state: "_StatementState", offsets: list[int], base: int) -> None:
+        self.ranges = state.ranges
+        self.outer = state.outer
+        self.opened = state.opened
+        self.offsets = offsets
+        self.base = base
+
+
+class _Fallback(Exception):
+    """The statement-at-a-time positions do not apply: use the whole-module table."""
+
+
+class _Stop(Exception):
+    """Raised by `_StatementState` when the render reaches the node it stops at."""
+
+
+class _OpenRecorder(_Recorder):
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        self.start = len(self.state.tokens)
+        self.state.opened[id(self.node)] = self.start  # type: ignore[attr-defined]
+
+
+class _StatementState(_OuterState):
+    """Records both kinds of ranges and where each syntactic range opens; stops before the
+    `stop_at` node (rendering a compound statement's header without its body)."""
+
+    def __init__(self, module: cst.Module, stop_at: cst.CSTNode | None) -> None:
+        super().__init__(module)
+        self.stop_at = stop_at
+        self.opened: dict[int, int] = {}
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if node is self.stop_at:
+            raise _Stop
+        self._stack.append(len(self.tokens))
+
+    def record_syntactic_position(  # type: ignore[override]
+        self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None,
+    ) -> _Recorder:
+        return _OpenRecorder(self, node, start_node, end_node)
+
+
+_AST_KINDS: dict[type, tuple[type, ...]] = {
+    cst.If: (ast.If,),
+    cst.For: (ast.For, ast.AsyncFor),
+    cst.While: (ast.While,),
+    cst.With: (ast.With, ast.AsyncWith),
+    cst.Try: (ast.Try,),
+    cst.FunctionDef: (ast.FunctionDef, ast.AsyncFunctionDef),
+    cst.ClassDef: (ast.ClassDef,),
+    cst.Match: (ast.Match,),
+}
+if hasattr(ast, "TryStar"):
+    _AST_KINDS[cst.TryStar] = (ast.TryStar,)
+_COMPOUND_AST = tuple(k for kinds in _AST_KINDS.values() for k in kinds)
+_HANDLERS = (cst.ExceptHandler, cst.ExceptStarHandler) if hasattr(cst, "ExceptStarHandler") else (cst.ExceptHandler,)
+_ERRORS = (_Fallback, RecursionError, MemoryError, ValueError, SyntaxError, IndexError, AttributeError, KeyError, TypeError)
+
+
+class StatementPositions:
+    """Positions of nodes of one module, computed one statement at a time.
+
+    Python's own parser (`ast`, in C, several times faster than libcst's) gives the line each
+    statement starts on; the libcst statement that holds an asked-for node is matched to its
+    `ast` statement through the chain of enclosing blocks, rendered alone (with the indentation
+    of its blocks; a compound statement only up to its body when the node is in its header) and
+    checked against the source text at that line. Only statements that hold asked-for nodes are
+    rendered, so a file costs the size of what the rules look at. Anything unexpected (a
+    mismatch, syntax this Python's `ast` does not know, nodes outside statements) falls back to
+    the whole-module `PositionTable`: the answers are always the table's.
+    """
+
+    def __init__(self, module: cst.Module, source: str) -> None:
+        self.module = module
+        self.source = source
+        self._tree: ast.Module | None = None
+        self._chunks: dict[tuple[int, bool], _Chunk] = {}
+        self._ast_of: dict[int, ast.AST] = {}
+        self._block_index: dict[int, dict[int, int]] = {}
+        self._table: PositionTable | None = None
+        self._line_starts: list[int] | None = None
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def span(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
+        if self._table is None:
+            try:
+                return self._span(node)
+            except _ERRORS:
+                pass
+        return self.table().span(node)
+
+    def text(self, node: cst.CSTNode) -> str | None:
+        if self._table is None:
+            try:
+                chunk, found = self._locate(node, whole=True)
+            except _ERRORS:
+                return self.table().text(node)
+            if found is None or getattr(node, "lpar", None):
+                return None
+            text = self.source[chunk.base + chunk.offsets[found[0]]:chunk.base + chunk.offsets[found[1]]]
+            return None if "\n" in text else text
+        return self.table().text(node)
+
+    def table(self) -> PositionTable:
+        if self._table is None:
+            self._table = table_for(self.module)
+        return self._table
+
+    # -- one statement ---------------------------------------------------------------------
+
+    def _span(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
+        if isinstance(node, cst.BaseCompoundStatement):
+            last = _last_statement(node)
+            if last is not None:  # the header's start, the end of the last statement of its body
+                chunk = self._chunk(node, header=True)
+                line, column = self._point(chunk, chunk.opened[id(node)])
+                return (line, column, *self._span(last)[2:])
+        chunk, found = self._locate(node, whole=False)
+        inclusive = found is None
+        if found is None:
+            found = chunk.outer.get(id(node))
+            if found is None:
+                raise _Fallback
+        line, column = self._point(chunk, found[0], skip_space=inclusive)
+        end_line, end_column = self._point(chunk, found[1])
+        if inclusive and isinstance(node, cst.BaseStatement) and end_column == 1 and end_line > line:
+            starts = self._starts()
+            end_line -= 1
+            end_column = starts[end_line] - starts[end_line - 1]
+        return line, column, end_line, end_column
+
+    def _locate(self, node: cst.CSTNode, *, whole: bool) -> tuple[_Chunk, tuple[int, int] | None]:
+        """The rendered statement (or header) holding `node`, and the node's syntactic token
+        range in it (None when it has none)."""
+        parents = self._parents()
+        stmt: cst.CSTNode | None = node
+        below: cst.CSTNode | None = None  # the child of `stmt` on the way to `node`
+        while stmt is not None and not isinstance(stmt, cst.BaseStatement):
+            below = stmt
+            stmt = parents.get(id(stmt))
+        if stmt is None:
+            raise _Fallback
+        header = below is not None and _in_header(stmt, below)
+        chunk = self._chunk(stmt, header=header)
+        return chunk, chunk.ranges.get(id(node))
+
+    def _chunk(self, stmt: cst.CSTNode, *, header: bool) -> _Chunk:
+        key = (id(stmt), header)
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            chunk = self._chunks[key] = self._render(stmt, header=header)
+        return chunk
+
+    def _parents(self) -> dict[int, cst.CSTNode]:
+        from loopcheck.lint.syntax import module_nodes
+
+        return module_nodes(self.module)[1]
+
+    def _render(self, stmt: cst.CSTNode, *, header: bool) -> _Chunk:
+        module, parents = self.module, self._parents()
+        indents: list[str] = []
+        current = parents.get(id(stmt))
+        while current is not None:
+            if isinstance(current, (cst.IndentedBlock, cst.Match)):  # a match indents its cases too
+                indents.append(module.default_indent if current.indent is None else current.indent)
+            current = parents.get(id(current))
+        stop = (stmt.cases[0] if isinstance(stmt, cst.Match) else stmt.body) if header else None  # type: ignore[attr-defined]
+        state = _StatementState(module, stop)
+        state.indent_tokens = indents[::-1]
+        elif_ = isinstance(stmt, cst.If) and _is_elif(stmt, parents)
+        try:
+            if elif_:
+                stmt._codegen(state, is_elif=True)  # type: ignore[call-arg]
+            else:
+                stmt._codegen(state)
+        except _Stop:
+            pass
+        tokens = state.tokens
+        offsets = list(accumulate((len(t) for t in tokens), initial=0))
+        code = "".join(tokens)
+        opened = state.opened.get(id(stmt))
+        if opened is None:
+            raise _Fallback
+        line = self._first_line(stmt, parents, elif_) - code.count("\n", 0, offsets[opened])
+        starts = self._starts()
+        if not 1 <= line <= len(starts):
+            raise _Fallback
+        base = starts[line - 1]
+        if self.source[base:base + len(code)] != code:
+            raise _Fallback
+        return _Chunk(state, offsets, base)
+
+    def _point(self, chunk: _Chunk, token_index: int, *, skip_space: bool = False) -> tuple[int, int]:
+        offsets = chunk.offsets
+        offset = chunk.base + offsets[min(token_index, len(offsets) - 1)]
+        if skip_space:
+            source = self.source
+            while offset < len(source) and source[offset] in " \t\r\n\\":
+                offset += 1
+        starts = self._starts()
+        line = bisect_right(starts, offset)
+        return line, offset - starts[line - 1] + 1
+
+    def _starts(self) -> list[int]:
+        starts = self._line_starts
+        if starts is None:
+            source = self.source
+            starts = [0]
+            index = source.find("\n")
+            while index != -1:
+                starts.append(index + 1)
+                index = source.find("\n", index + 1)
+            self._line_starts = starts
+        return starts
+
+    # -- the matching ast statement --------------------------------------------------------
+
+    def _first_line(self, stmt: cst.CSTNode, parents: dict[int, cst.CSTNode], elif_: bool) -> int:
+        found = self._ast_stmt(stmt, parents)
+        kinds = _AST_KINDS.get(type(stmt))
+        if kinds is None:
+            if not isinstance(stmt, cst.SimpleStatementLine) or isinstance(found, _COMPOUND_AST):
+                raise _Fallback
+        elif not isinstance(found, kinds):
+            raise _Fallback
+        return found.lineno  # type: ignore[attr-defined]
+
+    def _ast_stmt(self, stmt: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> ast.AST:
+        found = self._ast_of.get(id(stmt))
+        if found is not None:
+            return found
+        parent = parents.get(id(stmt))
+        if isinstance(parent, cst.Module):
+            found = self._nth(self._ast_tree().body, parent.body, stmt)
+        elif isinstance(parent, cst.IndentedBlock):
+            found = self._nth(self._ast_body(parent, parents), parent.body, stmt)
+        elif isinstance(parent, cst.If) and parent.orelse is stmt:  # elif
+            orelse = self._ast_stmt(parent, parents).orelse  # type: ignore[attr-defined]
+            if len(orelse) != 1:
+                raise _Fallback
+            found = orelse[0]
+        else:
+            raise _Fallback
+        self._ast_of[id(stmt)] = found
+        return found
+
+    def _ast_body(self, block: cst.IndentedBlock, parents: dict[int, cst.CSTNode]) -> list[ast.stmt]:
+        """The `ast` statement list that corresponds to a libcst block."""
+        owner = parents.get(id(block))
+        if isinstance(owner, (cst.Else, cst.Finally, cst.MatchCase, *_HANDLERS)):
+            holder = parents.get(id(owner))
+            if holder is None:
+                raise _Fallback
+            parsed = self._ast_stmt(holder, parents)
+            if isinstance(owner, cst.Else):
+                return parsed.orelse  # type: ignore[attr-defined]
+            if isinstance(owner, cst.Finally):
+                return parsed.finalbody  # type: ignore[attr-defined]
+            if isinstance(owner, cst.MatchCase):
+                return parsed.cases[_position(holder.cases, owner)].body  # type: ignore[attr-defined]
+            return parsed.handlers[_position(holder.handlers, owner)].body  # type: ignore[attr-defined]
+        if owner is None or type(owner) not in _AST_KINDS:
+            raise _Fallback
+        return self._ast_stmt(owner, parents).body  # type: ignore[attr-defined]
+
+    def _nth(self, parsed: list[ast.stmt], stmts: Sequence[cst.BaseStatement], stmt: cst.CSTNode) -> ast.stmt:
+        index = self._block_index.get(id(stmts))
+        if index is None:
+            index = self._block_index[id(stmts)] = {}
+            count = 0
+            for s in stmts:
+                index[id(s)] = count
+                count += len(s.body) if isinstance(s, cst.SimpleStatementLine) else 1
+            if count != len(parsed):
+                raise _Fallback
+        return parsed[index[id(stmt)]]
+
+    def _ast_tree(self) -> ast.Module:
+        if self._tree is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # invalid escapes and the like are not ours to report
+                self._tree = ast.parse(self.source)
+        return self._tree
+
+
+def _is_elif(stmt: cst.If, parents: dict[int, cst.CSTNode]) -> bool:
+    above = parents.get(id(stmt))
+    return isinstance(above, cst.If) and above.orelse is stmt
+
+
+def _in_header(stmt: cst.CSTNode, child: cst.CSTNode) -> bool:
+    """Whether `child` (a direct child of statement `stmt`) is rendered before its body."""
+    if isinstance(stmt, cst.Match):
+        return child is stmt.subject
+    if not isinstance(stmt, cst.BaseCompoundStatement) or child is stmt.body:
+        return False
+    return not any(child is getattr(stmt, name, None) for name in ("orelse", "finalbody")) and not any(
+        child is h for h in getattr(stmt, "handlers", ())
+    )
+
+
+def _last_statement(stmt: cst.BaseCompoundStatement) -> cst.BaseStatement | None:
+    """The statement a compound statement's syntactic range ends with (None when its last
+    block is a one-line suite)."""
+    if isinstance(stmt, cst.Match):
+        block = stmt.cases[-1].body
+    elif isinstance(stmt, (cst.Try, getattr(cst, "TryStar", cst.Try))):
+        last = stmt.finalbody or stmt.orelse or (stmt.handlers[-1] if stmt.handlers else None)
+        block = last.body if last is not None else stmt.body
+    elif isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.If):
+        return stmt.orelse
+    else:
+        orelse = getattr(stmt, "orelse", None)
+        block = orelse.body if orelse is not None else stmt.body
+    if not isinstance(block, cst.IndentedBlock) or not block.body:
+        return None
+    return block.body[-1]
+
+
+def _position(items: Sequence[cst.CSTNode], item: cst.CSTNode) -> int:
+    for i, candidate in enumerate(items):
+        if candidate is item:
+            return i
+    raise _Fallback
+
+
+_SOURCES: "OrderedDict[int, StatementPositions]" = OrderedDict()
+
+
+def register_source(module: cst.Module, source: str) -> None:
+    """Tell where a parsed module's text is (its `code` without rendering it): positions of
+    its nodes are then found one statement at a time."""
+    _SOURCES[id(module)] = StatementPositions(module, source)
+    _SOURCES.move_to_end(id(module))
+    while len(_SOURCES) > _KEEP:
+        _SOURCES.popitem(last=False)
+
+
+def positions_for(module: cst.Module) -> "StatementPositions | PositionTable":
+    """The cheapest position source of a module: statement by statement when its text was
+    registered, else the whole-module table."""
+    found = _SOURCES.get(id(module))
+    if found is not None and found.module is module:
+        return found
+    return table_for(module)
+
+
+def source_of(module: cst.Module) -> str:
+    """A module's text: the registered source, else a render of the module."""
+    found = _SOURCES.get(id(module))
+    if found is not None and found.module is module:
+        return found.source
+    return table_for(module).code
+
+
 def node_span(module: cst.Module, node: cst.CSTNode) -> tuple[int, int, int, int]:
-    return table_for(module).span(node)
+    return positions_for(module).span(node)
 
 
 def span_of(ctx: "FileContext", node: cst.CSTNode) -> "Span":

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from loopcheck.lint.positions import register_source
+
 _MAX_BYTES = 2_000_000  # larger local modules are not followed
 
 
@@ -44,7 +46,11 @@ def parse_path(path: Path) -> ParsedModule | None:
         try:
             data = path.read_bytes()
             module = cst.parse_module(data)
-            parsed = ParsedModule(key, module.code, module)
+            source = data.decode(module.encoding)  # what `module.code` renders, without rendering it
+            if source.startswith("\ufeff"):
+                source = source[1:]
+            register_source(module, source)
+            parsed = ParsedModule(key, source, module)
         except (OSError, cst.ParserSyntaxError, UnicodeDecodeError, RecursionError, ValueError, SyntaxError):
             parsed = None
     _PARSED[key] = (stamp, parsed)

@@ -117,8 +117,14 @@ _TRIVIA = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENCODING, t
 
 
 def scan_file(lines: list[str]) -> FileSuppressions:
-    """Read the comments with the tokenizer, so `"# noqa"` inside a string is not a comment."""
+    """Read the comments with the tokenizer, so `"# noqa"` inside a string is not a comment.
+
+    A file whose text names neither `noqa` nor `loopcheck` has no directive: it is not tokenized,
+    and its table is empty (no statement lines either, as nothing needs them)."""
     source = "\n".join(lines) + "\n"
+    folded = source.lower()
+    if "noqa" not in folded and "loopcheck" not in folded:
+        return FileSuppressions({}, [], {})
     by_line: dict[int, list[Suppression]] = {}
     file_level: list[Suppression] = []
     statements: dict[int, tuple[int, int]] = {}
@@ -195,7 +201,7 @@ def disabled() -> Iterator[None]:
 
 def apply_suppressions(findings: list[Finding], lines: list[str]) -> tuple[list[Finding], list[Suppression]]:
     """(findings that remain, suppressions that silenced something, each with the codes it silenced)."""
-    if not _ACTIVE.get():
+    if not findings or not _ACTIVE.get():
         return findings, []
     table = scan_file(lines)
     if not table.by_line and not table.file_level:

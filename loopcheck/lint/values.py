@@ -65,7 +65,7 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
     kind = _DOTTED_KIND.get(type(expr))
     if kind is None:  # a dict lookup per type instead of ABC isinstance checks per call
         kind = _DOTTED_KIND[type(expr)] = (
-            1 if isinstance(expr, cst.Name) else 2 if isinstance(expr, cst.Attribute) else 0
+            1 if type(expr) is cst.Name else 2 if type(expr) is cst.Attribute else 0
         )
     if kind == 1:
         return expr.value  # type: ignore[union-attr]
@@ -191,22 +191,25 @@ class ModuleIndex:
         # A hand-written walk over the nodes' fields: libcst's visitor rebuilds every node, which
         # costs more than the whole analysis. Bindings get their order after their value, so a
         # name used in its own assignment (`x = f(x)`) sees the previous binding.
+        # The stack holds nodes to enter and, for the noted kinds only, 1-tuples: the node to
+        # note once its subtree is done.
         order, kids, parent = self.order, self.kids, self.parent
         note, noted = self._note, _NOTED
-        stack: list[tuple[cst.CSTNode, bool]] = [(module, False)]
+        stack: list = [module]
         while stack:
-            node, leaving = stack.pop()
-            if leaving:
-                if type(node) in noted:
-                    note(node, len(order))
+            node = stack.pop()
+            if type(node) is tuple:
+                note(node[0], len(order))
                 continue
             order[id(node)] = len(order)
             children = _fields_of(node)
             kids[id(node)] = children
-            for child in children:
-                parent[id(child)] = node
-            stack.append((node, True))
-            stack.extend((child, False) for child in reversed(children))
+            if type(node) in noted:
+                stack.append((node,))
+            if children:
+                for child in children:
+                    parent[id(child)] = node
+                stack.extend(children[::-1])
 
     def children(self, node: cst.CSTNode) -> list[cst.CSTNode] | tuple[cst.CSTNode, ...]:
         found = self.kids.get(id(node))
@@ -226,53 +229,53 @@ class ModuleIndex:
         kind = type(node)
         if kind not in _NOTED:
             return
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             self.calls.append(node)
-        elif isinstance(node, cst.ClassDef):
+        elif type(node) is cst.ClassDef:
             if self.scope_of(node) is self.module:
                 self.classes.setdefault(node.name.value, node)
-        elif isinstance(node, cst.FunctionDef):
+        elif type(node) is cst.FunctionDef:
             if self.scope_of(node) is self.module and not isinstance(self.parent.get(id(node)), cst.ClassDef):
                 self.functions.setdefault(node.name.value, node)
-        elif isinstance(node, cst.Import):
+        elif type(node) is cst.Import:
             for alias in node.names:
                 full = dotted(alias.name) or ""
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                if alias.asname is not None and type(alias.asname.name) is cst.Name:
                     self.imports[alias.asname.name.value] = (full, 0, None)
                 else:
                     head = full.split(".")[0]
                     self.imports[head] = (head, 0, None)
-        elif isinstance(node, cst.ImportFrom):
-            if isinstance(node.names, cst.ImportStar):
+        elif type(node) is cst.ImportFrom:
+            if type(node.names) is cst.ImportStar:
                 return
             mod = dotted(node.module) if node.module is not None else ""
             level = len(node.relative)
             for alias in node.names:
-                name = alias.name.value if isinstance(alias.name, cst.Name) else dotted(alias.name)
+                name = alias.name.value if type(alias.name) is cst.Name else dotted(alias.name)
                 local = name
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                if alias.asname is not None and type(alias.asname.name) is cst.Name:
                     local = alias.asname.name.value
                 if local:
                     self.imports[local] = (mod or "", level, name)
-        elif isinstance(node, cst.Assign):
+        elif type(node) is cst.Assign:
             for target in node.targets:
                 self._bind(target.target, node.value, node, done)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        elif type(node) is cst.AnnAssign and node.value is not None:
             self._bind(node.target, node.value, node, done)
-        elif isinstance(node, cst.AugAssign):
+        elif type(node) is cst.AugAssign:
             self._bind(node.target, None, node, done)
-        elif isinstance(node, cst.NamedExpr):
+        elif type(node) is cst.NamedExpr:
             self._bind(node.target, node.value, node, done)
         elif isinstance(node, (cst.For, cst.CompFor)):  # bound from the first iteration on
             self._bind(node.target, None, node, self.order[id(node)])
-        elif isinstance(node, cst.WithItem) and node.asname is not None:
+        elif type(node) is cst.WithItem and node.asname is not None:
             self._bind(node.asname.name, None, node, done)
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression | None, node: cst.CSTNode,
               order: int) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
             for i, element in enumerate(target.elements):
-                if isinstance(element, cst.StarredElement):
+                if type(element) is cst.StarredElement:
                     return
                 self._bind_one(element.value, value, i, node, order)
         else:
@@ -319,9 +322,9 @@ class ModuleIndex:
             self._calls_by_callee = {}
             for call in self.calls:
                 func = call.func
-                if isinstance(func, cst.Name):
+                if type(func) is cst.Name:
                     self._calls_by_callee.setdefault(("name", func.value), []).append(call)
-                elif isinstance(func, cst.Attribute):
+                elif type(func) is cst.Attribute:
                     self._calls_by_callee.setdefault(("attr", func.attr.value), []).append(call)
         return self._calls_by_callee.get((form, name), [])
 
@@ -335,13 +338,13 @@ class ModuleIndex:
 
     def class_of(self, func: cst.CSTNode) -> cst.ClassDef | None:
         parent = self.parent.get(id(func))
-        if isinstance(parent, cst.IndentedBlock):
+        if type(parent) is cst.IndentedBlock:
             parent = self.parent.get(id(parent))
-        return parent if isinstance(parent, cst.ClassDef) else None
+        return parent if type(parent) is cst.ClassDef else None
 
     def methods(self, cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
-        return {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
+        body = cls.body.body if type(cls.body) is cst.IndentedBlock else ()
+        return {s.name.value: s for s in body if type(s) is cst.FunctionDef}
 
     def reaching(self, scope: cst.CSTNode, key: str, before: int) -> Assignment | None:
         found = [a for a in self.assigns.get((id(scope), key), ()) if a.order < before]
@@ -432,7 +435,7 @@ class Flow:
         """The project class or function a Name/Attribute refers to."""
         if hops > 3:
             return None
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             name = node.value
             if name in index.classes:
                 return Where(index, index.classes[name])
@@ -447,7 +450,7 @@ class Flow:
                     return None
                 return self.definition(other, cst.Name(attr), hops + 1)
             return None
-        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+        if type(node) is cst.Attribute and type(node.value) is cst.Name:
             head = node.value.value
             if head in index.imports:
                 mod, level, attr = index.imports[head]
@@ -459,10 +462,10 @@ class Flow:
 
     def _own_method(self, index: ModuleIndex, expr: cst.BaseExpression, at: cst.CSTNode) -> Where | None:
         """`self.train_step` inside a method of the class that defines `train_step`."""
-        if not (isinstance(expr, cst.Attribute) and dotted(expr.value) == "self"):
+        if not (type(expr) is cst.Attribute and dotted(expr.value) == "self"):
             return None
         scope = index.scope_of(at)
-        cls = index.class_of(scope) if isinstance(scope, cst.FunctionDef) else None
+        cls = index.class_of(scope) if type(scope) is cst.FunctionDef else None
         if cls is None:
             return None
         return self.method(Where(index, cls), expr.attr.value)
@@ -473,10 +476,10 @@ class Flow:
         while todo and len(out) < 6:
             current = todo.pop(0)
             out.append(current)
-            assert isinstance(current.node, cst.ClassDef)
+            assert type(current.node) is cst.ClassDef
             for base in current.node.bases:
                 found = self.definition(current.index, base.value)
-                if found is not None and isinstance(found.node, cst.ClassDef):
+                if found is not None and type(found.node) is cst.ClassDef:
                     todo.append(found)
         return out
 
@@ -503,7 +506,7 @@ class Flow:
             self._busy.discard(key)
 
     def _obj(self, index: ModuleIndex, expr, at, depth) -> Obj | None:
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             return self._constructed(index, expr, at, depth)
         if isinstance(expr, (cst.Name, cst.Attribute)):
             qualified = index.qualify(expr)
@@ -517,7 +520,7 @@ class Flow:
             if act is not None:
                 return Obj("layer", Where(index, expr), name=qualified or "", act=act)
             found = self.definition(index, expr) or self._own_method(index, expr, at)
-            if found is not None and isinstance(found.node, cst.FunctionDef):
+            if found is not None and type(found.node) is cst.FunctionDef:
                 return Obj("function", found)
             values = self.values_of(index, expr, at)
             return _same(
@@ -531,9 +534,9 @@ class Flow:
     def _element(self, index, expr, at, position, depth) -> Obj | None:
         if isinstance(expr, (cst.Tuple, cst.List)) and position < len(expr.elements):
             element = expr.elements[position]
-            if isinstance(element, cst.Element):
+            if type(element) is cst.Element:
                 return self.obj(index, element.value, at, depth)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = self.obj(index, expr.func, at, depth)
             if func is not None and func.kind == "function":
                 returns = self.returns(func.where)
@@ -543,7 +546,7 @@ class Flow:
 
     def _constructed(self, index: ModuleIndex, call: cst.Call, at, depth) -> Obj | None:
         func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_SELF:
+        if type(func) is cst.Attribute and func.attr.value in _MODULE_SELF:
             return self.obj(index, func.value, at, depth + 1)
         qualified = index.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
         last = qualified.rpartition(".")[2] if qualified else None
@@ -552,7 +555,7 @@ class Flow:
             return self.obj(index, inner, at, depth + 1) if inner is not None else None
         found = self.definition(index, func) if isinstance(func, (cst.Name, cst.Attribute)) else None
         if found is not None:
-            if isinstance(found.node, cst.ClassDef):
+            if type(found.node) is cst.ClassDef:
                 return Obj("class", found, name=found.node.name.value)
             returns = self.returns(found)
             return _same([self.obj(found.index, r, r, depth + 1) for r in returns])
@@ -580,7 +583,7 @@ class Flow:
         found = index.reaching(scope, key, index.order.get(id(at), 0))
         if found is not None:
             return [] if found.value is None else [(index, found.value, found.node, found.position)]
-        if isinstance(scope, cst.FunctionDef):
+        if type(scope) is cst.FunctionDef:
             if key.startswith("self.") and key.count(".") == 1:
                 return self._attribute(index, scope, key)
             param = param_index(scope, key)
@@ -619,12 +622,12 @@ class Flow:
         for call in candidates:
             callee = call.func
             if cls is not None and fname == "__init__":
-                hit = isinstance(callee, cst.Name) and callee.value == cls.name.value
+                hit = type(callee) is cst.Name and callee.value == cls.name.value
             elif cls is not None:
-                hit = (isinstance(callee, cst.Attribute) and callee.attr.value == fname
+                hit = (type(callee) is cst.Attribute and callee.attr.value == fname
                        and dotted(callee.value) == "self")
             else:
-                hit = isinstance(callee, cst.Name) and callee.value == fname
+                hit = type(callee) is cst.Name and callee.value == fname
             if not hit:
                 continue
             arg = first_arg(call, param - offset, keyword=name)
@@ -636,7 +639,7 @@ class Flow:
     def returns(self, where: Where) -> list[cst.BaseExpression]:
         """The returned expressions of a function (empty when one returns nothing)."""
         out: list[cst.BaseExpression] = []
-        for ret in (n for n in where.index.scoped(where.node) if isinstance(n, cst.Return)):
+        for ret in (n for n in where.index.scoped(where.node) if type(n) is cst.Return):
             if ret.value is None:
                 return []
             out.append(ret.value)

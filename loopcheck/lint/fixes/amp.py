@@ -3,6 +3,8 @@ with an explicit device) and LC401 (unscale the gradients before clipping them).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 from libcst.metadata import ImportAssignment
 
@@ -171,9 +173,34 @@ def _imported_from(index: SourceIndex, call: cst.Call) -> cst.Import | cst.Impor
     return node if _import_source(node) else None
 
 
+def _deprecated_names(index: SourceIndex) -> set[str]:
+    """The local names the deprecated imports of the module bind."""
+    names: set[str] = set()
+    for node in index.ctx.nodes(cst.Import, cst.ImportFrom):
+        if _import_source(node) is not None and not isinstance(node.names, cst.ImportStar):
+            names.update(alias.evaluated_alias or alias.evaluated_name for alias in node.names)
+    return names
+
+
+def _may_be_fixed(index: SourceIndex) -> Callable[[cst.CSTNode], bool]:
+    """The imports, and the calls this fixer can rewrite: of the old API written out, or whose
+    callee starts with a name a deprecated import binds (other calls give no fix)."""
+    names = _deprecated_names(index)
+
+    def accept(node: cst.CSTNode) -> bool:
+        if not isinstance(node, cst.Call):
+            return True
+        if _old_api(node.func) is not None:
+            return True
+        head = node.func.value if isinstance(node.func, cst.Attribute) else node.func
+        return isinstance(head, cst.Name) and head.value in names
+
+    return accept
+
+
 @fixer("LC405")
 def fix_deprecated_amp(index: SourceIndex, finding: Finding) -> Change | None:
-    node = index.locate(finding, (cst.Call, cst.Import, cst.ImportFrom))
+    node = index.locate(finding, (cst.Call, cst.Import, cst.ImportFrom), _may_be_fixed(index))
     if isinstance(node, (cst.Import, cst.ImportFrom)):
         return _import_fix(index, node)
     if not isinstance(node, cst.Call):

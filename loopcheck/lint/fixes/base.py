@@ -10,16 +10,17 @@ only the statements the fix rebuilt (a fix costs the size of what it touches, no
 from __future__ import annotations
 
 import dataclasses
-from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, Union
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
 from loopcheck.findings import Finding
 from loopcheck.lint.fixes.edits import Edit, edits_between, edits_replacing
+from loopcheck.lint.syntax import child_nodes
 
 if TYPE_CHECKING:
     from loopcheck.lint.rules.base import FileContext
@@ -53,92 +54,31 @@ def fixer(code: str) -> Callable[[Fixer], Fixer]:
 
 
 class SourceIndex:
-    """Positions and parents of one module's nodes, computed once per file and only on demand.
+    """Positions and parents of one module's nodes, asked for one node at a time.
 
-    Positions come from the engine's position table (shared with the rules). The nodes that
-    start on a line are looked for only among the top-level statements around that line, so
-    locating a finding costs the size of its statement, not of the file. Nodes found here are
-    the nodes of `ctx.module` (and of the loop model built on it).
+    Parents come from the shared walk of the module (`FileContext.parent`), spans from
+    `positions.node_span`, which renders only the statement holding a node. A finding's node is
+    looked for among the few nodes that could be it (their kind and shape), never by walking
+    every node of its line. Nodes found here are the nodes of `ctx.module` (and of the loop
+    model built on it).
     """
 
     def __init__(self, ctx: "FileContext") -> None:
-        from loopcheck.lint.positions import table_for
-
         self.ctx = ctx
         self.module: cst.Module = ctx.module
         self.path = ctx.path
-        self._table = table_for(self.module)
         self._spans: dict[cst.CSTNode, tuple[int, int, int, int]] = {}
-        self._on_line: dict[int, list[cst.CSTNode]] = {}
-
-    @cached_property
-    def nodes(self) -> list[cst.CSTNode]:
-        """Every node of the module: depth first, a node's children last to first."""
-        out: list[cst.CSTNode] = []
-        stack: list[cst.CSTNode] = [self.module]
-        while stack:
-            node = stack.pop()
-            out.append(node)
-            stack.extend(node.children)
-        return out
-
-    @cached_property
-    def parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
-        return _parent_map(self.module)
 
     @cached_property
     def renders_source(self) -> bool:
         """Whether the module renders back to exactly the source (edits are positions in it)."""
-        return self._table.code == self.ctx.source
+        from loopcheck.lint.positions import source_of
+
+        return source_of(self.module) == self.ctx.source
 
     @cached_property
     def scopes(self) -> dict:
         return dict(MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ScopeProvider))
-
-    @cached_property
-    def _units(self) -> tuple[list[int], list[cst.CSTNode]]:
-        """The module's header lines, statements and footer lines in source order, with the
-        line each begins on."""
-        module, table = self.module, self._table
-        firsts: list[int] = []
-        units: list[cst.CSTNode] = []
-        for i, line in enumerate(module.header):
-            firsts.append(i + 1)
-            units.append(line)
-        for i, stmt in enumerate(module.body):
-            firsts.append(table.line_of(table.body_offset(i)))
-            units.append(stmt)
-        footer_line = table.line_of(table.body_offset(len(module.body)))
-        for i, line in enumerate(module.footer):
-            firsts.append(footer_line + i)
-            units.append(line)
-        return firsts, units
-
-    def _starting_on(self, line: int) -> list[cst.CSTNode]:
-        """The nodes whose span starts on `line`, in the order of `nodes`.
-
-        Only the unit (statement, header or footer line) holding the line and the one before
-        it can hold such nodes: a whitespace-only node's span starts at the next non-blank
-        character, which lies in its own unit or the next. Blank header and footer lines hold
-        no such character, so the walk back passes over them."""
-        found = self._on_line.get(line)
-        if found is not None:
-            return found
-        firsts, units = self._units
-        at = bisect_right(firsts, line) - 1
-        candidates: list[cst.CSTNode] = [self.module]
-        i = at
-        while i >= 0:
-            stack: list[cst.CSTNode] = [units[i]]
-            while stack:
-                node = stack.pop()
-                candidates.append(node)
-                stack.extend(node.children)
-            if i < at and not _blank_line(units[i]):
-                break
-            i -= 1
-        found = self._on_line[line] = [n for n in candidates if self.span(n)[0] == line]
-        return found
 
     @cached_property
     def model(self):  # the loop model, or None when it cannot be built
@@ -147,31 +87,83 @@ class SourceIndex:
         except Exception:  # noqa: BLE001  (a model failure means: no model-based fixes)
             return None
 
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        source = self.ctx.source
+        starts = [0]
+        index = source.find("\n")
+        while index != -1:
+            starts.append(index + 1)
+            index = source.find("\n", index + 1)
+        return starts
+
     def edits(self, fixed: cst.Module) -> list[Edit]:
         """The text edits turning the source into `fixed` (a module made from this one by
-        `replace_nodes`). Only the top-level statements that changed are rendered and
-        compared; the result is `edits_between(source, fixed.code)`."""
+        `replace_nodes`): `edits_between(source, fixed.code)`, found by rendering only the
+        statements of the innermost block that changed, old and new."""
         old = self.module
         if fixed is old:
             return []
-        a, b = old.body, fixed.body
-        same = 0
-        while same < min(len(a), len(b)) and a[same] is b[same]:
-            same += 1
-        tail = 0
-        while tail < min(len(a), len(b)) - same and a[-1 - tail] is b[-1 - tail]:
-            tail += 1
+        source = self.ctx.source
         if (
-            not _same_nodes(old.header, fixed.header)
-            or not _same_nodes(old.footer, fixed.footer)
-            or (old.encoding, old.default_indent, old.default_newline, old.has_trailing_newline)
-            != (fixed.encoding, fixed.default_indent, fixed.default_newline, fixed.has_trailing_newline)
-            or (tail == 0 and not old.has_trailing_newline)  # the file's last newline is dropped
+            _same_nodes(old.header, fixed.header)
+            and _same_nodes(old.footer, fixed.footer)
+            and (old.encoding, old.default_indent, old.default_newline, old.has_trailing_newline)
+            == (fixed.encoding, fixed.default_indent, fixed.default_newline, fixed.has_trailing_newline)
         ):
-            return edits_between(self.ctx.source, fixed.code)
-        start, end = self._table.body_offset(same), self._table.body_offset(len(a) - tail)
-        content = "".join(fixed.code_for_node(stmt) for stmt in b[same : len(b) - tail])
-        return edits_replacing(self.ctx.source, start, end, content)
+            region = self._changed_region(fixed)
+            if region is not None:
+                start, before, after = region
+                if source.startswith(before, start):  # else a render differs from the text: do it all
+                    return edits_replacing(source, start, start + len(before), after)
+        return edits_between(source, fixed.code)
+
+    def _changed_region(self, fixed: cst.Module) -> tuple[int, str, str] | None:
+        """(offset, old text, new text) of the statements that differ between the module and
+        `fixed`, in the innermost block holding every difference; None when the first of them
+        cannot be placed."""
+        old_block: cst.Module | cst.IndentedBlock = self.module
+        new_block: cst.Module | cst.IndentedBlock = fixed
+        indents: list[str] = []
+        while True:
+            a, b = old_block.body, new_block.body
+            same = 0
+            while same < min(len(a), len(b)) and a[same] is b[same]:
+                same += 1
+            tail = 0
+            while tail < min(len(a), len(b)) - same and a[-1 - tail] is b[-1 - tail]:
+                tail += 1
+            if len(a) - same - tail == 1 and len(b) - same - tail == 1:
+                inner = _changed_block(a[same], b[same])
+                if inner is not None:
+                    old_block, new_block = inner
+                    indents.append(self.module.default_indent if old_block.indent is None else old_block.indent)
+                    continue
+            if same + tail == len(a):  # a pure insertion: take a neighbour along, to have a place
+                if tail:
+                    tail -= 1
+                elif same:
+                    same -= 1
+                else:
+                    return None
+            first = a[same]
+            start = self._first_offset(first, indents)
+            if start is None:
+                return None
+            before = _render(self.module, a[same : len(a) - tail], indents)
+            after = _render(self.module, b[same : len(b) - tail], indents)
+            return start, before, after
+
+    def _first_offset(self, stmt: cst.BaseStatement, indents: list[str]) -> int | None:
+        """Offset of the first line a statement renders (its leading lines and decorators
+        included)."""
+        line = self.span(stmt)[0]
+        lines = len(stmt.leading_lines)
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            lines += _render(self.module, stmt.decorators, indents).count("\n") + len(stmt.lines_after_decorators)
+        line -= lines
+        starts = self._line_starts
+        return starts[line - 1] if 1 <= line <= len(starts) else None
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
@@ -180,7 +172,9 @@ class SourceIndex:
         """(line, column, end_line, end_column), 1-based, end exclusive."""
         found = self._spans.get(node)
         if found is None:
-            found = self._spans[node] = self._table.span(node)
+            from loopcheck.lint.positions import node_span
+
+            found = self._spans[node] = node_span(self.module, node)
         return found
 
     def start(self, node: cst.CSTNode) -> tuple[int, int]:
@@ -192,44 +186,47 @@ class SourceIndex:
         return span[:2] <= (line, column) < span[2:]
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(node)
+        return self.ctx.parent(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        current = self.parents.get(node)
+        current = self.ctx.parent(node)
         while current is not None:
             yield current
-            current = self.parents.get(current)
+            current = self.ctx.parent(current)
 
     def depth(self, node: cst.CSTNode) -> int:
         return sum(1 for _ in self.ancestors(node))
 
-    def deepest_at(self, line: int, column: int) -> cst.CSTNode | None:
-        """The innermost node that starts exactly at (line, 1-based column)."""
-        here = [n for n in self._starting_on(line) if self.span(n)[1] == column]
-        return max(here, key=self.depth) if here else None
-
-    def nodes_on_line(self, line: int, kind: type | tuple[type, ...]) -> list[cst.CSTNode]:
-        return [n for n in self._starting_on(line) if isinstance(n, kind)]
+    def within(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool | None:
+        """Whether node is outer or lies inside it; None when node is not a node of this module
+        (a node of another parse of the file)."""
+        for current in (node, *self.ancestors(node)):
+            if current is outer:
+                return True
+            if current is self.module:
+                return False
+        return None
 
     def locate(
         self, finding: Finding, kind: type | tuple[type, ...], accept: Callable[[cst.CSTNode], bool] = lambda n: True
     ) -> cst.CSTNode | None:
         """The node of `kind` a finding points to.
 
-        First the nearest `kind` around the node starting at the finding's position; failing
-        that, the only acceptable `kind` node starting on the finding's line. None when
-        ambiguous: a fix is never applied to a guess.
+        First the innermost acceptable `kind` node around the finding's position (a call or an
+        import holds no statement, so that is the nearest one above the node the finding
+        starts at); failing that, the only acceptable `kind` node starting on the finding's
+        line. None when ambiguous: a fix is never applied to a guess. Only the acceptable
+        nodes of `kind` are placed, so `accept` should be as narrow as the fixer allows.
         """
         if finding.path not in (None, self.path) or not finding.line:
             return None
-        start = self.deepest_at(finding.line, finding.column or 1)
-        if start is not None:
-            for node in (start, *self.ancestors(start)):
-                if isinstance(node, kind) and accept(node):
-                    return node
-                if isinstance(node, cst.BaseStatement):
-                    break
-        on_line = [n for n in self.nodes_on_line(finding.line, kind) if accept(n)]
+        line, column = finding.line, finding.column or 1
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        candidates = [n for n in self.ctx.nodes(*kinds) if accept(n)]
+        around = [n for n in candidates if self.contains(n, line, column)]
+        if around:
+            return max(around, key=self.depth)
+        on_line = [n for n in candidates if self.span(n)[0] == line]
         return on_line[0] if len(on_line) == 1 else None
 
     def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
@@ -237,14 +234,14 @@ class SourceIndex:
         or of the module (not `if x: call()` on one line)."""
         for anc in (node, *self.ancestors(node)):
             if isinstance(anc, cst.SimpleStatementLine):
-                parent = self.parents.get(anc)
+                parent = self.parent(anc)
                 return anc if isinstance(parent, (cst.IndentedBlock, cst.Module)) else None
             if isinstance(anc, (cst.BaseCompoundStatement, cst.SimpleStatementSuite)):
                 return None
         return None
 
     def block_of(self, stmt: cst.BaseStatement) -> cst.IndentedBlock | cst.Module | None:
-        parent = self.parents.get(stmt)
+        parent = self.parent(stmt)
         return parent if isinstance(parent, (cst.IndentedBlock, cst.Module)) else None
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | cst.Module:
@@ -254,32 +251,72 @@ class SourceIndex:
         return self.module
 
 
-def _blank_line(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.EmptyLine) and node.comment is None
+def _render(module: cst.Module, nodes: Sequence[cst.CSTNode], indents: list[str]) -> str:
+    """The text of nodes of a block with the given indentation, as they render in the module."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state.indent_tokens = list(indents)
+    for node in nodes:
+        node._codegen(state)
+    return "".join(state.tokens)
 
 
-def _parent_map(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:
-    """child -> parent for every node, reading the nodes' fields directly (every field holding
-    a node or a sequence of nodes: the same relation as libcst's `children`, much faster)."""
-    parents: dict[cst.CSTNode, cst.CSTNode] = {}
-    stack: list[cst.CSTNode] = [module]
-    fields_of = _NODE_FIELDS
-    while stack:
-        node = stack.pop()
-        names = fields_of.get(type(node))
-        if names is None:
-            names = fields_of[type(node)] = tuple(f.name for f in dataclasses.fields(node))
-        for name in names:
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                parents[value] = node
-                stack.append(value)
-            elif isinstance(value, (tuple, list)):
-                for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        parents[item] = node
-                        stack.append(item)
-    return parents
+# statements whose blocks a change is followed into; the wrappers of their other blocks
+_BLOCK_OWNERS = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef)
+_BLOCK_WRAPPERS = (cst.Else, cst.Finally, cst.ExceptHandler)
+
+
+def _changed_block(old: cst.CSTNode, new: cst.CSTNode) -> tuple[cst.IndentedBlock, cst.IndentedBlock] | None:
+    """The (old, new) indented block that holds the only difference between two versions of a
+    compound statement, when the difference is inside one block's statements."""
+    if not isinstance(old, _BLOCK_OWNERS):
+        return None
+    while True:
+        change = _only_change(old, new)
+        if change is None:
+            return None
+        old, new = change
+        if isinstance(old, cst.IndentedBlock) and isinstance(new, cst.IndentedBlock):
+            if old.header is new.header and old.indent == new.indent and _same_nodes(old.footer, new.footer):
+                return old, new
+            return None
+        if not isinstance(old, _BLOCK_WRAPPERS):
+            return None
+
+
+def _only_change(old: cst.CSTNode, new: cst.CSTNode) -> tuple[cst.CSTNode, cst.CSTNode] | None:
+    """The one child (old, new) in which two nodes of the same type differ; None when they
+    differ in anything else or in more than one child."""
+    if type(old) is not type(new):
+        return None
+    found = None
+    for name in _fields_of(type(old)):
+        x, y = getattr(old, name), getattr(new, name)
+        if x is y:
+            continue
+        if isinstance(x, cst.CSTNode) and isinstance(y, cst.CSTNode):
+            pair = (x, y)
+        elif isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)) and len(x) == len(y):
+            differ = [(p, q) for p, q in zip(x, y) if p is not q]
+            if not differ:
+                continue
+            if len(differ) > 1 or not isinstance(differ[0][0], cst.CSTNode):
+                return None
+            pair = differ[0]
+        elif not isinstance(x, (cst.CSTNode, tuple, list)) and x == y:
+            continue
+        else:
+            return None
+        if found is not None:
+            return None
+        found = pair
+    return found
+
+
+def _fields_of(tp: type) -> tuple[str, ...]:
+    names = _NODE_FIELDS.get(tp)
+    if names is None:
+        names = _NODE_FIELDS[tp] = tuple(f.name for f in dataclasses.fields(tp))
+    return names
 
 
 _NODE_FIELDS: dict[type, tuple[str, ...]] = {}
@@ -320,9 +357,14 @@ def method_call(stmt: cst.BaseStatement, method: str) -> tuple[cst.Call, cst.Bas
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from walk(child)
+    """node and every node under it, in source order (whitespace and punctuation left out)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        children = child_nodes(current)
+        children.reverse()
+        stack.extend(children)
 
 
 def calls_in(node: cst.CSTNode) -> Iterator[cst.Call]:
@@ -341,7 +383,7 @@ def leaves_block(stmts: Iterable[cst.CSTNode]) -> bool:
         if isinstance(node, (cst.Break, cst.Continue)) and not in_loop:
             return True
         nested = in_loop or isinstance(node, (cst.For, cst.While))
-        return any(visit(child, nested) for child in node.children)
+        return any(visit(child, nested) for child in child_nodes(node))
 
     return any(visit(s, False) for s in stmts)
 
@@ -420,13 +462,13 @@ def replace_nodes(index: SourceIndex, mapping: dict[cst.CSTNode, object]) -> cst
         if node is index.module:
             inside = None
             break
-        parent = index.parents.get(node)
+        parent = index.parent(node)
         if parent is None:  # not a node of this module: fall back to visiting everything
             inside = None
             break
         while parent is not None and id(parent) not in inside:
             inside.add(id(parent))
-            parent = index.parents.get(parent)
+            parent = index.parent(parent)
     swap = NodeSwap({id(k): v for k, v in mapping.items()}, inside)
     return index.module.visit(swap)  # type: ignore[return-value]
 

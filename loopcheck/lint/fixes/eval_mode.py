@@ -16,7 +16,8 @@ _TRAINING_CALLS = {"backward", "step", "zero_grad", "grad"}
 
 def _no_grad(index: SourceIndex) -> str | None:
     """How this module spells torch.no_grad (`torch.no_grad`, `th.no_grad`, `no_grad`)."""
-    for node in index.nodes:
+    # when several imports could serve, the last one in the file is used
+    for node in reversed(index.ctx.nodes(cst.Import, cst.ImportFrom)):
         if isinstance(node, cst.Import):
             for alias in node.names:
                 if alias.evaluated_name == "torch":
@@ -29,8 +30,21 @@ def _no_grad(index: SourceIndex) -> str | None:
     return None
 
 
-def _loops_around(index: SourceIndex, line: int, column: int) -> list[cst.CSTNode]:
-    loops = [n for n in index.nodes if isinstance(n, (cst.For, cst.While)) and index.contains(n, line, column)]
+def _loops_around(index: SourceIndex, finding: Finding) -> list[cst.CSTNode]:
+    """The loops around the finding's position, outermost first. The finding is made at the
+    model's forward event: the loops around its node are those above it in the tree."""
+    line, column = finding.line, finding.column or 1
+    model = index.model
+    for event in getattr(model, "events", ()) if model is not None else ():
+        if (
+            getattr(event.kind, "value", event.kind) == "forward"
+            and event.path == index.path
+            and isinstance(event.node, cst.BaseExpression)
+            and index.within(event.node, index.module)
+            and (event.line, event.column) == (line, column)
+        ):
+            return [n for n in reversed(list(index.ancestors(event.node))) if isinstance(n, (cst.For, cst.While))]
+    loops = [n for n in index.ctx.nodes(cst.For, cst.While) if index.contains(n, line, column)]
     return sorted(loops, key=index.depth)
 
 
@@ -63,7 +77,7 @@ def _yields(node: cst.CSTNode) -> bool:
 def fix_eval_no_grad(index: SourceIndex, finding: Finding) -> Change | None:
     if finding.path not in (None, index.path) or not finding.line:
         return None
-    around = _loops_around(index, finding.line, finding.column or 1)
+    around = _loops_around(index, finding)
     if not around:
         return None
     loop = _model_eval_loop(index, around) or around[-1]

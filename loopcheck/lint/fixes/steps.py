@@ -2,9 +2,9 @@
 `scaler.step(optimizer)`, directly or through a helper call. Shared by the fixes that move a
 statement relative to the step (LC201, LC102).
 
-The loop model's STEP / SCALER_STEP events are the evidence (their positions, and the call
-sites they were inlined through); without a model, only a written `x.step(...)` on a name the
-model's roles know counts.
+The loop model's STEP / SCALER_STEP events are the evidence (their nodes, and the call sites
+they were inlined through; positions only for nodes of another parse of the file); without a
+model, only a written `x.step(...)` on a name the model's roles know counts.
 """
 
 from __future__ import annotations
@@ -14,27 +14,34 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from loopcheck.lint.fixes.base import SourceIndex, calls_in, dotted, method_call
+from loopcheck.lint.syntax import child_nodes
 
 _STEP_KINDS = ("step", "scaler_step")
 
 
-def _step_points(index: SourceIndex) -> list[tuple[int, int]]:
-    """(line, 1-based column) of every optimizer step of this file, and (line, 0) of every
-    call site in this file through which a step was reached."""
+def _step_events(index: SourceIndex) -> list:
+    """The model's optimizer-step events (STEP / SCALER_STEP), of any file."""
     model = index.model
-    points: list[tuple[int, int]] = []
     if model is None:
-        return points
-    for event in getattr(model, "events", ()):
-        kind = getattr(event.kind, "value", event.kind)
-        if kind not in _STEP_KINDS:
-            continue
-        if event.path == index.path:
-            points.append((event.line, event.column))
-        for site in event.via:
-            if site.path == index.path:
-                points.append((site.line, 0))
-    return points
+        return []
+    return [e for e in getattr(model, "events", ()) if getattr(e.kind, "value", e.kind) in _STEP_KINDS]
+
+
+def event_inside(index: SourceIndex, event, stmt: cst.CSTNode) -> bool:
+    """Whether an event of this file lies inside stmt: by the tree when the event's node is a
+    node of this module (no position needed), else by its position."""
+    inside = index.within(event.node, stmt)
+    return index.contains(stmt, event.line, event.column) if inside is None else inside
+
+
+def _site_inside(index: SourceIndex, site, stmt: cst.CSTNode) -> bool:
+    """Whether a call site of this file (through which a step was reached) lies on stmt's lines."""
+    node = getattr(site, "node", None)
+    inside = index.within(node, stmt) if node is not None else None
+    if inside is not None:
+        return inside
+    span = index.span(stmt)
+    return span[0] <= site.line <= span[2]
 
 
 def _role(index: SourceIndex, name: str | None) -> str | None:
@@ -58,12 +65,10 @@ def steps_in(index: SourceIndex, stmt: cst.BaseStatement) -> bool:
     """Whether running stmt steps an optimizer (nested function and class bodies excluded)."""
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
         return False
-    span = index.span(stmt)
-    for line, column in _step_points(index):
-        if column == 0:
-            if span[0] <= line <= span[2]:
-                return True
-        elif index.contains(stmt, line, column):
+    for event in _step_events(index):
+        if event.path == index.path and event_inside(index, event, stmt):
+            return True
+        if any(site.path == index.path and _site_inside(index, site, stmt) for site in event.via):
             return True
     return _written_step(index, stmt)
 
@@ -93,5 +98,5 @@ def step_statements(index: SourceIndex, stmt: cst.CSTNode) -> Iterator[cst.Simpl
         return
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
         return
-    for child in stmt.children:
+    for child in child_nodes(stmt):
         yield from step_statements(index, child)

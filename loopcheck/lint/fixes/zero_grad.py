@@ -19,7 +19,8 @@ import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.fixes.base import Change, SourceIndex, fixer, leaves_block, method_call, move_statement
-from loopcheck.lint.fixes.steps import is_step_statement, step_statements, steps_in, with_update
+from loopcheck.lint.fixes.steps import event_inside, is_step_statement, step_statements, steps_in, with_update
+from loopcheck.lint.syntax import child_nodes
 
 
 def _is_reset(node: cst.CSTNode) -> bool:
@@ -95,9 +96,9 @@ def _skips_iterations(block: cst.CSTNode) -> bool:
             return True
         if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             return False
-        return any(visit(child) for child in node.children)
+        return any(visit(child) for child in child_nodes(node))
 
-    return any(visit(child) for child in block.children)
+    return any(visit(child) for child in child_nodes(block))
 
 
 def _model_says_accumulation(index: SourceIndex, loop: cst.CSTNode) -> bool:
@@ -106,7 +107,7 @@ def _model_says_accumulation(index: SourceIndex, loop: cst.CSTNode) -> bool:
         return False
     for event in getattr(model, "events", ()):
         kind = getattr(event.kind, "value", event.kind)
-        if kind in ("step", "scaler_step") and event.path == index.path and index.contains(loop, event.line, event.column):
+        if kind in ("step", "scaler_step") and event.path == index.path and event_inside(index, event, loop):
             if event.accumulation_guarded:
                 return True
     return False

@@ -8,6 +8,8 @@ Nothing here knows a rule code; the families build their checks on top of it.
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from pathlib import Path
 from typing import Iterator
 from weakref import WeakKeyDictionary
@@ -17,6 +19,16 @@ import libcst as cst
 from loopcheck.lint.loopmodel import CallSite, Event, Loop, LoopKind
 from loopcheck.lint.positions import node_span
 from loopcheck.lint.rules.base import FileContext, module_nodes, walk, walk_pruned
+
+# --- prefilters -------------------------------------------------------------------------------
+
+
+def whole_word(*words: str) -> str:
+    """A `Rule.requires` expression matching any of `words` as a whole word. The word comes first
+    and the boundary before it is checked behind it: a leading `\\b` keeps the regex engine from
+    searching for the literal text, which makes the search many times slower."""
+    return "|".join(rf"{re.escape(w)}\b(?<!\w{re.escape(w)})" for w in words)
+
 
 # --- guards ------------------------------------------------------------------------------------
 
@@ -124,12 +136,20 @@ class Trace:
         return self.entry(event)
 
     def entry(self, event: Event) -> tuple:
-        """The entry point the event was reached from: a function of this file (by its first
-        line; 0 for the module body), or another file."""
-        path, line = call_site(event.path, event.line, event.via)  # type: ignore[misc]
+        """The entry point the event was reached from: the outermost function of this file
+        around it or around the call that reached it (None for the module body), or another file."""
+        site = event.via[0] if event.via else None
+        path, node = (site.path, site.node) if site is not None else (event.path, event.node)
         if path != self.path:
             return ("file", path)
-        return ("function", self.function_at(line))
+        parents = module_nodes(self.module)[1]
+        outermost = None
+        current = node
+        while current is not None:
+            if isinstance(current, cst.FunctionDef):
+                outermost = current
+            current = parents.get(id(current))
+        return ("function", id(outermost) if outermost is not None else None)
 
     def function_at(self, line: int) -> int:
         """Start line of the outermost function around `line` (0: module level)."""
@@ -185,9 +205,26 @@ class Trace:
 
 def nodes_of(root: cst.CSTNode, kind: type | tuple[type, ...]) -> list:
     """Every node of `kind` under `root` (root included), in source order."""
+    types = classes_of(kind)
     if isinstance(root, cst.Module):  # one shared walk serves all the queries on a module
-        return [node for node in module_nodes(root)[0] if isinstance(node, kind)]
-    return [node for node, _ in walk(root) if isinstance(node, kind)]
+        return [node for node in module_nodes(root)[0] if type(node) in types]
+    return [node for node, _ in walk(root) if type(node) in types]
+
+
+@cache
+def classes_of(kind: type | tuple[type, ...]) -> frozenset[type]:
+    """The classes whose instances are `kind` instances: `type(node) in classes_of(kind)` is
+    `isinstance(node, kind)`. libcst's node classes are ABCs, on which `isinstance` is slow:
+    filtering a module's nodes with it costs about as much as walking them. (libcst defines all
+    its node classes on import, and nothing registers virtual subclasses.)"""
+    found: set[type] = set()
+    todo = list(kind) if isinstance(kind, tuple) else [kind]
+    while todo:
+        current = todo.pop()
+        if current not in found:
+            found.add(current)
+            todo.extend(current.__subclasses__())
+    return frozenset(found)
 
 
 def module_of(path: str, ctx: FileContext) -> cst.Module | None:

@@ -17,7 +17,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
 from loopcheck.lint.positions import node_span
-from loopcheck.lint.rules._shared import Trace, iteration_loop, nodes_of
+from loopcheck.lint.rules._shared import Trace, iteration_loop, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule, child_nodes
 from loopcheck.lint.values import ModuleIndex, dotted, index_for
 
@@ -239,7 +239,7 @@ _AMP_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
 
 class DeprecatedAmpApi(Rule):
     code = "LC405"
-    requires = (r"\bamp\b",)  # torch.cuda.amp / torch.cpu.amp, however imported, names `amp`
+    requires = (whole_word("amp"),)  # torch.cuda.amp / torch.cpu.amp, however imported, names `amp`
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         finder = _DeprecatedUses(index_for(ctx.path, ctx.module))

@@ -13,7 +13,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role
 from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, SCHEDULER, Facts, Saved, name_of
-from loopcheck.lint.rules._shared import Trace, nodes_of
+from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import index_for
 
@@ -34,7 +34,8 @@ class _CheckpointRule(Rule):
     """A training checkpoint lacks `item` while the script uses it."""
 
     item: str
-    requires = (r"\bsave(?:_state)?\b",)  # checkpoints are SAVE events: torch.save, accelerator.save_state
+    # checkpoints are SAVE events: torch.save, accelerator.save_state
+    requires = (whole_word("save", "save_state"),)
 
     def needed(self, facts: Facts) -> bool:
         raise NotImplementedError
@@ -152,11 +153,11 @@ class CheckpointMissingEma(_CheckpointRule):
 
 class TorchLoadUnsafe(Rule):
     code = "LC508"
-    requires = (r"\bload\b",)  # `torch.load`, `th.load`, `from torch import load`
+    requires = (whole_word("load"),)  # `torch.load`, `th.load`, `from torch import load`
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         index = index_for(ctx.path, ctx.module)
-        for call in ctx.nodes(cst.Call):
+        for call in nodes_of(ctx.module, cst.Call):
             if index.qualify(call.func) != "torch.load":
                 continue
             if any(a.star == "**" or (a.keyword is not None and a.keyword.value == "weights_only") for a in call.args):
@@ -172,7 +173,7 @@ class TorchLoadUnsafe(Rule):
 
 class WholeModelPickled(Rule):
     code = "LC509"
-    requires = (r"\bsave(?:_state)?\b",)
+    requires = (whole_word("save", "save_state"),)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         model = ctx.model

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterator
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import EventKind, Role
+from loopcheck.lint.rules._shared import classes_of, nodes_of
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import (
     ACTIVATION_FUNCS,
+    ACTIVATION_LAYERS,
     DEPTH,
     Flow,
     ModuleIndex,
@@ -28,6 +31,7 @@ from loopcheck.lint.values import (
     code_of,
     dotted,
     first_arg,
+    index_for,
     is_torch,
     param_index,
     torch_name,
@@ -256,6 +260,8 @@ class _ActivationIntoLoss(Rule):
     sinks: frozenset[str]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not _may_reach(ctx, _ACTIVATION_WORDS[self.act]):
+            return
         flow = LossFlow(ctx)
         index = flow.main
         for call in index.calls:
@@ -272,6 +278,60 @@ class _ActivationIntoLoss(Rule):
 
     def message(self, ctx: FileContext, arg: str, found: Activation, sink: Sink) -> str:
         raise NotImplementedError
+
+
+# the words one of whose appearance an activation needs, in lower case (`Softmax`, `F.softmax`, `expit`)
+_ACTIVATION_WORDS = {
+    act: tuple(sorted({name.lower() for table in (ACTIVATION_FUNCS, ACTIVATION_LAYERS) for name, a in table.items() if a == act}))
+    for act in ("softmax", "sigmoid")
+}
+
+
+def _may_reach(ctx: FileContext, words: tuple[str, ...]) -> bool:
+    """Whether value tracing from this file may meet one of `words` (in any case): in the file
+    itself, or in a project module its imports reach, which tracing may follow. A cheap necessary
+    test: most files name no activation at all."""
+    if _names_any(ctx.source, words):
+        return True
+    if ctx not in _REACHED:
+        _REACHED[ctx] = _imported_texts(ctx)
+    texts = _REACHED[ctx]
+    return texts is None or any(_names_any(text, words) for text in texts)
+
+
+_REACHED: "WeakKeyDictionary[FileContext, list[str] | None]" = WeakKeyDictionary()
+
+
+def _imported_texts(ctx: FileContext) -> list[str] | None:
+    """The text of every project module this file's imports reach, directly or through other
+    project modules (None: an import could not be resolved)."""
+    project = ctx.project
+    if project is None or ctx.path.startswith("<"):
+        return []
+    texts: list[str] = []
+    seen = {ctx.path}
+    todo = [index_for(ctx.path, ctx.module)]
+    while todo:
+        index = todo.pop()
+        for module, level, name in index.imports.values():
+            for target in {module, ".".join(p for p in (module, name) if p)}:
+                if not (target or level):
+                    continue
+                try:
+                    parsed = project.load(index.path, target, level)
+                except (OSError, ValueError):
+                    return None
+                if parsed is None or parsed.path in seen:
+                    continue
+                seen.add(parsed.path)
+                texts.append(parsed.source)
+                todo.append(index_for(parsed.path, parsed.module))
+    return texts
+
+
+def _names_any(text: str, words: tuple[str, ...]) -> bool:
+    text = text.lower()
+    return any(word in text for word in words)
 
 
 class SoftmaxBeforeCrossEntropy(_ActivationIntoLoss):
@@ -390,12 +450,7 @@ class _LossTracker:
         """The loss `expr` holds, as a tensor still attached to its graph (None: a number, detached,
         or not known to be a loss)."""
         if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
-            key = _key(expr)
-            if key in self.losses:
-                return key
-            if isinstance(expr, cst.Subscript) and _root(expr) in self.losses:
-                return _key(expr)
-            return None
+            return self.held(expr)
         if isinstance(expr, cst.BinaryOperation):
             return self.carries(expr.left, at) or self.carries(expr.right, at)
         if isinstance(expr, cst.UnaryOperation):
@@ -420,8 +475,19 @@ class _LossTracker:
             if isinstance(func, cst.Attribute) and func.attr.value in _KEEPS_GRAPH:
                 return self.carries(func.value, at)
             if self.is_loss_call(expr):
-                return code_of(expr)
+                return self.call_text(expr)
         return None
+
+    def held(self, expr: cst.Name | cst.Attribute | cst.Subscript) -> str | None:
+        key = _key(expr)
+        if key in self.losses:
+            return key
+        if isinstance(expr, cst.Subscript) and _root(expr) in self.losses:
+            return key
+        return None
+
+    def call_text(self, call: cst.Call) -> str:
+        return code_of(call)
 
     def is_loss_call(self, call: cst.Call) -> bool:
         """A criterion call, or a project helper that returns a loss it back-propagated."""
@@ -434,6 +500,27 @@ class _LossTracker:
         if callee is None or callee.kind != "function":
             return False
         return _returns_graph_loss(self.flow, callee.where)
+
+
+class _AnyLoss(_LossTracker):
+    """Takes every name and every call that does not detach for a loss: `carries` then tells
+    whether an expression *may* hold one, from its shape alone (no value tracing). An expression
+    it clears cannot carry a loss for any tracker."""
+
+    def __init__(self) -> None:
+        pass
+
+    def held(self, expr: cst.Name | cst.Attribute | cst.Subscript) -> str | None:
+        return "?"
+
+    def call_text(self, call: cst.Call) -> str:
+        return "?"
+
+    def is_loss_call(self, call: cst.Call) -> bool:
+        return True
+
+
+_SHAPE = _AnyLoss()
 
 
 def _returns_graph_loss(flow: LossFlow, func: Where) -> bool:
@@ -452,7 +539,11 @@ class LossRetainsGraph(Rule):
         index = flow.main
         reported: set[int] = set()
         names: dict[tuple[str, int], set[str]] = {}  # per function, shared by its loops
-        for loop in _training_loops(ctx, index):
+        loops = _training_loops(ctx, index)
+        keeping = _keeping(ctx, index, loops) if loops else set()
+        for loop in loops:
+            if id(loop) not in keeping:
+                continue  # nothing in the loop can hold on to a loss: skip tracing the losses
             for node, holder, loss in _kept_losses(flow, index, loop, names):
                 if id(node) in reported:
                     continue
@@ -487,12 +578,35 @@ def _loops_with_backward(index: ModuleIndex) -> Iterator[tuple[int, cst.For | cs
             current = index.parent.get(id(current))
 
 
+def _keeping(ctx: FileContext, index: ModuleIndex, loops: list[cst.For | cst.While]) -> set[int]:
+    """The ids of the `loops` whose body (nested functions and classes left out) holds a statement
+    `_may_keep` admits."""
+    wanted = {id(loop) for loop in loops}
+    found: set[int] = set()
+    parent = index.parent
+    for node in nodes_of(ctx.module, (cst.Assign, cst.AugAssign, cst.Call)):
+        if type(node) is cst.Call and not (type(node.func) is cst.Attribute and node.func.attr.value in _KEEP_METHODS):
+            continue
+        holders = []
+        child, current = node, parent.get(id(node))
+        while current is not None and type(current) not in _SCOPES:
+            if id(current) in wanted and current.body is child:  # type: ignore[attr-defined]
+                holders.append(id(current))
+            child, current = current, parent.get(id(current))
+        if holders and not found.issuperset(holders) and _may_keep(index, node):
+            found.update(holders)
+    return found
+
+
+_SCOPES = classes_of((cst.FunctionDef, cst.Lambda, cst.ClassDef))
+# the nodes of a loop body `_kept_losses` and `_rebound` read
+_BODY = classes_of((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Call, cst.For, cst.Del))
+
+
 def _kept_losses(
     flow: LossFlow, index: ModuleIndex, loop: cst.For | cst.While, names: dict[tuple[str, int], set[str]]
 ) -> Iterator[tuple[cst.CSTNode, str, str]]:
-    body = list(index.scoped(loop.body))
-    if not any(_may_keep(index, n) for n in body):
-        return  # nothing in the loop can hold on to a value: skip tracing the losses
+    body = [n for n in index.scoped(loop.body) if type(n) in _BODY]
     targets = {_key(e) for n in body if isinstance(n, cst.Call) for e in _backward_inputs(n)}
     targets.discard("")
     # `loss = out["loss"]; loss.backward()`: `out["loss"]` is the loss too
@@ -501,17 +615,14 @@ def _kept_losses(
             if isinstance(n.value, (cst.Name, cst.Attribute, cst.Subscript)):
                 targets.add(_key(n.value))
     tracker = _LossTracker(flow, index, targets)
-    rebound = _rebound(index, body)
-    scope = index.scope_of(loop)
-    wanted = set(_per_function(names, "wanted", scope, lambda f: _backpropagated_names(index, f)))
-    cls = index.class_of(scope) if isinstance(scope, cst.FunctionDef) else None
-    if cls is not None:  # `self.buffer` filled here, reset or back-propagated in another method
-        for name, method in index.methods(cls).items():
-            fed = _per_function(names, "wanted", method, lambda f: _backpropagated_names(index, f))
-            wanted |= {n for n in fed if n.startswith("self.")}
-            if name != "__init__" and method is not scope:
-                fresh = _per_function(names, "rebound", method, lambda f: _rebound(index, list(index.scoped(f))))
-                rebound |= {n for n in fresh if n.startswith("self.")}
+    spared: set[str] | None = None
+
+    def kept_on_purpose(name: str) -> bool:
+        nonlocal spared
+        if spared is None:  # only asked once a loss is known to be kept: most loops never need it
+            spared = _spared(index, loop, body, names)
+        return name in spared
+
     for n in body:
         if isinstance(n, cst.Assign) and len(n.targets) == 1:
             target = n.targets[0].target
@@ -521,7 +632,7 @@ def _kept_losses(
             loss = None if _under_no_grad(index, n, loop) else tracker.carries(n.value, n)
             if loss and name in _names_in(index, n.value):  # running = 0.9 * running + 0.1 * loss
                 tracker.losses.add(name)
-                if name not in rebound and name not in wanted:
+                if not kept_on_purpose(name):
                     yield n, name, loss
                 continue
             if _detaches(n.value):
@@ -533,18 +644,36 @@ def _kept_losses(
         elif isinstance(n, cst.AugAssign) and isinstance(n.operator, (cst.AddAssign, cst.SubtractAssign)):
             root = _root(n.target)
             loss = None if _under_no_grad(index, n, loop) else tracker.carries(n.value, n)
-            if loss and root and root not in rebound and root not in wanted:
+            if loss and root and not kept_on_purpose(root):
                 yield n, _key(n.target), loss
         elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _KEEP_METHODS:
             holder = n.func.value
             root = _root(holder)
-            if root is None or root in rebound or root in wanted or _under_no_grad(index, n, loop):
+            if root is None or not _may_keep(index, n) or _under_no_grad(index, n, loop) or kept_on_purpose(root):
                 continue
             for arg in n.args:
                 loss = tracker.carries(arg.value, n)
                 if loss:
                     yield n, _key(holder), loss
                     break
+
+
+def _spared(
+    index: ModuleIndex, loop: cst.For | cst.While, body: list[cst.CSTNode], names: dict[tuple[str, int], set[str]]
+) -> set[str]:
+    """Names a loop may keep losses in on purpose: rebound every iteration, or fed to a backward."""
+    spared = _rebound(index, body)
+    scope = index.scope_of(loop)
+    spared |= _per_function(names, "wanted", scope, lambda f: _backpropagated_names(index, f))
+    cls = index.class_of(scope) if isinstance(scope, cst.FunctionDef) else None
+    if cls is not None:  # `self.buffer` filled here, reset or back-propagated in another method
+        for name, method in index.methods(cls).items():
+            fed = _per_function(names, "wanted", method, lambda f: _backpropagated_names(index, f))
+            spared |= {n for n in fed if n.startswith("self.")}
+            if name != "__init__" and method is not scope:
+                fresh = _per_function(names, "rebound", method, lambda f: _rebound(index, list(index.scoped(f))))
+                spared |= {n for n in fresh if n.startswith("self.")}
+    return spared
 
 
 def _per_function(names: dict[tuple[str, int], set[str]], kind: str, func: cst.CSTNode, compute) -> set[str]:
@@ -557,14 +686,24 @@ def _per_function(names: dict[tuple[str, int], set[str]], kind: str, func: cst.C
 
 
 def _may_keep(index: ModuleIndex, n: cst.CSTNode) -> bool:
-    """Whether `n` has the shape of a statement `_kept_losses` can report (a cheap necessary test)."""
+    """Whether `n` has the shape of a statement `_kept_losses` can report, with a value that may
+    carry a loss (a cheap necessary test: no value tracing)."""
     if isinstance(n, cst.Call):
-        return isinstance(n.func, cst.Attribute) and n.func.attr.value in _KEEP_METHODS
+        func = n.func
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in _KEEP_METHODS
+            and any(_SHAPE.carries(arg.value, n) for arg in n.args)
+        )
     if isinstance(n, cst.AugAssign):
-        return isinstance(n.operator, (cst.AddAssign, cst.SubtractAssign)) and bool(_root(n.target))
+        return (
+            isinstance(n.operator, (cst.AddAssign, cst.SubtractAssign))
+            and bool(_root(n.target))
+            and _SHAPE.carries(n.value, n) is not None
+        )
     if isinstance(n, cst.Assign) and len(n.targets) == 1:
         name = dotted(n.targets[0].target)
-        return name is not None and name in _names_in(index, n.value)
+        return name is not None and _SHAPE.carries(n.value, n) is not None and name in _names_in(index, n.value)
     return False
 
 

@@ -30,7 +30,7 @@ from loopcheck.lint.rules._saves import (
     object_item,
     text_items,
 )
-from loopcheck.lint.rules._shared import Trace, call_site, module_of, nodes_of
+from loopcheck.lint.rules._shared import Trace, call_site, module_of, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule, walk, walk_pruned
 from loopcheck.lint.values import ModuleIndex, code_of, dotted, index_for
 
@@ -41,7 +41,7 @@ K = EventKind
 
 class ResumeEpochOffByOne(Rule):
     code = "LC507"
-    requires = (r"\bsave(?:_state)?\b",)  # the finished epoch is known from a save in the loop
+    requires = (whole_word("save", "save_state"),)  # the finished epoch is known from a save in the loop
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         model = ctx.model
@@ -542,7 +542,7 @@ def _restored_by_hand(index: ModuleIndex) -> set[str]:
 
 class ResumeStateNotRestored(Rule):
     code = "LC510"
-    requires = (r"\bload\b",)  # a resume is a torch.load (however imported, the name `load`)
+    requires = (whole_word("load"),)  # a resume is a torch.load (however imported, the name `load`)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         facts = Facts.of(ctx)
