@@ -389,13 +389,18 @@ class StatementPositions:
         opened = state.opened.get(id(stmt))
         if opened is None:
             raise _Fallback
-        line = self._first_line(stmt, parents, elif_) - code.count("\n", 0, offsets[opened])
-        starts = self._starts()
-        if not 1 <= line <= len(starts):
-            raise _Fallback
-        base = starts[line - 1]
-        if self.source[base:base + len(code)] != code:
-            raise _Fallback
+        source = self.source
+        # The statement's text occurs in the source where the statement is; when it occurs
+        # only once, that is where. Otherwise the line `ast` gives decides.
+        base = source.find(code) if code else -1
+        if base == -1 or source.find(code, base + 1) != -1:
+            line = self._first_line(stmt, parents, elif_) - code.count("\n", 0, offsets[opened])
+            starts = self._starts()
+            if not 1 <= line <= len(starts):
+                raise _Fallback
+            base = starts[line - 1]
+            if source[base:base + len(code)] != code:
+                raise _Fallback
         return _Chunk(state, offsets, base)
 
     def _point(self, chunk: _Chunk, token_index: int, *, skip_space: bool = False) -> tuple[int, int]:

@@ -10,6 +10,7 @@ parsed are simply not followed.
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,15 @@ class ParsedModule:
     module: cst.Module
 
 
-_PARSED: dict[str, tuple[tuple[int, int], ParsedModule | None]] = {}
+_PARSED: "OrderedDict[str, tuple[tuple[int, int], ParsedModule | None]]" = OrderedDict()
+_KEEP = 64  # parsed modules kept: the files a few linted files import, not the whole project
+
+
+def _keep(key: str, entry: tuple[tuple[int, int], ParsedModule | None]) -> None:
+    _PARSED[key] = entry
+    _PARSED.move_to_end(key)
+    while len(_PARSED) > _KEEP:
+        _PARSED.popitem(last=False)
 
 
 def parse_path(path: Path) -> ParsedModule | None:
@@ -40,6 +49,7 @@ def parse_path(path: Path) -> ParsedModule | None:
     stamp = (st.st_size, st.st_mtime_ns)
     cached = _PARSED.get(key)
     if cached is not None and cached[0] == stamp:
+        _PARSED.move_to_end(key)
         return cached[1]
     parsed: ParsedModule | None = None
     if st.st_size <= _MAX_BYTES:
@@ -53,7 +63,7 @@ def parse_path(path: Path) -> ParsedModule | None:
             parsed = ParsedModule(key, source, module)
         except (OSError, cst.ParserSyntaxError, UnicodeDecodeError, RecursionError, ValueError, SyntaxError):
             parsed = None
-    _PARSED[key] = (stamp, parsed)
+    _keep(key, (stamp, parsed))
     return parsed
 
 
@@ -64,7 +74,7 @@ def remember(path: str, source: str, module: cst.Module) -> None:
         st = p.stat()
     except OSError:
         return
-    _PARSED[str(p)] = ((st.st_size, st.st_mtime_ns), ParsedModule(str(p), source, module))
+    _keep(str(p), ((st.st_size, st.st_mtime_ns), ParsedModule(str(p), source, module)))
 
 
 def _package_root(directory: Path) -> Path:

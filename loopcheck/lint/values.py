@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from loopcheck.lint.positions import node_span
+from loopcheck.lint.syntax import child_nodes
 
 if TYPE_CHECKING:  # rules.base imports every rule family, and those import this module
     from loopcheck.lint.rules.base import FileContext
@@ -202,7 +203,7 @@ class ModuleIndex:
                 note(node[0], len(order))
                 continue
             order[id(node)] = len(order)
-            children = _fields_of(node)
+            children = child_nodes(node)
             kids[id(node)] = children
             if type(node) in noted:
                 stack.append((node,))

@@ -18,7 +18,7 @@ from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
 from loopcheck.lint.positions import node_span
 from loopcheck.lint.rules._shared import Trace, iteration_loop, nodes_of, whole_word
-from loopcheck.lint.rules.base import FileContext, Rule, child_nodes
+from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import ModuleIndex, dotted, index_for
 
 K = EventKind
@@ -267,21 +267,24 @@ class _DeprecatedUses:
     fix rewrites), otherwise the reference itself."""
 
     def run(self, module: cst.Module) -> None:
-        """Walk the module in source order; a `visit_X` returning False leaves X's children out."""
-        stack: list[cst.CSTNode] = [module]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, cst.ImportFrom):
+        """Look at the imports, calls and attributes of the module in source order. The names
+        inside an import statement are not uses; the attributes inside a reported attribute or
+        call are prefixes of a deprecated name, which none is."""
+        parent = self.index.parent
+        for node in nodes_of(module, (cst.Import, cst.ImportFrom, cst.Call, cst.Attribute)):
+            kind = type(node)
+            if kind is cst.ImportFrom:
                 self.visit_ImportFrom(node)
-                continue
-            if isinstance(node, cst.Import):
+            elif kind is cst.Import:
                 self.visit_Import(node)
-                continue
-            if isinstance(node, cst.Call):
+            elif kind is cst.Call:
                 self.visit_Call(node)
-            elif isinstance(node, cst.Attribute) and not self.visit_Attribute(node):
-                continue
-            stack.extend(reversed(child_nodes(node)))
+            else:
+                top = parent.get(id(node))
+                while type(top) is cst.Attribute:
+                    top = parent.get(id(top))
+                if type(top) not in (cst.ImportAlias, cst.ImportFrom):
+                    self.visit_Attribute(node)
         self.leave_Module(module)
 
     def __init__(self, index: ModuleIndex) -> None:

@@ -313,19 +313,20 @@ def _imported_texts(ctx: FileContext) -> list[str] | None:
     todo = [index_for(ctx.path, ctx.module)]
     while todo:
         index = todo.pop()
-        for module, level, name in index.imports.values():
-            for target in {module, ".".join(p for p in (module, name) if p)}:
-                if not (target or level):
-                    continue
-                try:
-                    parsed = project.load(index.path, target, level)
-                except (OSError, ValueError):
-                    return None
-                if parsed is None or parsed.path in seen:
-                    continue
-                seen.add(parsed.path)
-                texts.append(parsed.source)
-                todo.append(index_for(parsed.path, parsed.module))
+        targets = {(module, level) for module, level, _ in index.imports.values()}
+        targets |= {(f"{module}.{name}" if module else name, level) for module, level, name in index.imports.values() if name}
+        for target, level in targets:
+            if not (target or level):
+                continue
+            try:
+                parsed = project.load(index.path, target, level)
+            except (OSError, ValueError):
+                return None
+            if parsed is None or parsed.path in seen:
+                continue
+            seen.add(parsed.path)
+            texts.append(parsed.source)
+            todo.append(index_for(parsed.path, parsed.module))
     return texts
 
 
@@ -446,9 +447,10 @@ class _LossTracker:
         self.targets = targets  # what backward() is called on here: always a tensor with a graph
         self.losses: set[str] = set(targets)
 
-    def carries(self, expr: cst.BaseExpression, at: cst.CSTNode) -> str | None:
-        """The loss `expr` holds, as a tensor still attached to its graph (None: a number, detached,
-        or not known to be a loss)."""
+    def carries(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
+        """The part of `expr` that holds a loss, as a tensor still attached to its graph (a name or
+        a loss call; None: a number, detached, or not known to be a loss). Its text (`_key`) is
+        what a finding names: it is only made then."""
         if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
             return self.held(expr)
         if isinstance(expr, cst.BinaryOperation):
@@ -458,14 +460,14 @@ class _LossTracker:
         if isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
             for element in expr.elements:
                 found = self.carries(element.value, at)
-                if found:
+                if found is not None:
                     return found
             return None
         if isinstance(expr, cst.Dict):
             for element in expr.elements:
                 if isinstance(element, cst.DictElement):
                     found = self.carries(element.value, at)
-                    if found:
+                    if found is not None:
                         return found
             return None
         if isinstance(expr, cst.Call):
@@ -475,19 +477,15 @@ class _LossTracker:
             if isinstance(func, cst.Attribute) and func.attr.value in _KEEPS_GRAPH:
                 return self.carries(func.value, at)
             if self.is_loss_call(expr):
-                return self.call_text(expr)
+                return expr
         return None
 
-    def held(self, expr: cst.Name | cst.Attribute | cst.Subscript) -> str | None:
-        key = _key(expr)
-        if key in self.losses:
-            return key
+    def held(self, expr: cst.Name | cst.Attribute | cst.Subscript) -> cst.BaseExpression | None:
+        if _key(expr) in self.losses:
+            return expr
         if isinstance(expr, cst.Subscript) and _root(expr) in self.losses:
-            return key
+            return expr
         return None
-
-    def call_text(self, call: cst.Call) -> str:
-        return code_of(call)
 
     def is_loss_call(self, call: cst.Call) -> bool:
         """A criterion call, or a project helper that returns a loss it back-propagated."""
@@ -510,11 +508,8 @@ class _AnyLoss(_LossTracker):
     def __init__(self) -> None:
         pass
 
-    def held(self, expr: cst.Name | cst.Attribute | cst.Subscript) -> str | None:
-        return "?"
-
-    def call_text(self, call: cst.Call) -> str:
-        return "?"
+    def held(self, expr: cst.Name | cst.Attribute | cst.Subscript) -> cst.BaseExpression | None:
+        return expr
 
     def is_loss_call(self, call: cst.Call) -> bool:
         return True
@@ -630,22 +625,22 @@ def _kept_losses(
             if name is None:
                 continue
             loss = None if _under_no_grad(index, n, loop) else tracker.carries(n.value, n)
-            if loss and name in _names_in(index, n.value):  # running = 0.9 * running + 0.1 * loss
+            if loss is not None and name in _names_in(index, n.value):  # running = 0.9 * running + 0.1 * loss
                 tracker.losses.add(name)
                 if not kept_on_purpose(name):
-                    yield n, name, loss
+                    yield n, name, _key(loss)
                 continue
             if _detaches(n.value):
                 tracker.losses.discard(name)
-            elif name in targets or loss:
+            elif name in targets or loss is not None:
                 tracker.losses.add(name)
             else:
                 tracker.losses.discard(name)
         elif isinstance(n, cst.AugAssign) and isinstance(n.operator, (cst.AddAssign, cst.SubtractAssign)):
             root = _root(n.target)
             loss = None if _under_no_grad(index, n, loop) else tracker.carries(n.value, n)
-            if loss and root and not kept_on_purpose(root):
-                yield n, _key(n.target), loss
+            if loss is not None and root and not kept_on_purpose(root):
+                yield n, _key(n.target), _key(loss)
         elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _KEEP_METHODS:
             holder = n.func.value
             root = _root(holder)
@@ -653,8 +648,8 @@ def _kept_losses(
                 continue
             for arg in n.args:
                 loss = tracker.carries(arg.value, n)
-                if loss:
-                    yield n, _key(holder), loss
+                if loss is not None:
+                    yield n, _key(holder), _key(loss)
                     break
 
 
@@ -693,7 +688,7 @@ def _may_keep(index: ModuleIndex, n: cst.CSTNode) -> bool:
         return (
             isinstance(func, cst.Attribute)
             and func.attr.value in _KEEP_METHODS
-            and any(_SHAPE.carries(arg.value, n) for arg in n.args)
+            and any(_SHAPE.carries(arg.value, n) is not None for arg in n.args)
         )
     if isinstance(n, cst.AugAssign):
         return (

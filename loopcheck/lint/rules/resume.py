@@ -31,7 +31,7 @@ from loopcheck.lint.rules._saves import (
     text_items,
 )
 from loopcheck.lint.rules._shared import Trace, call_site, module_of, nodes_of, whole_word
-from loopcheck.lint.rules.base import FileContext, Rule, walk, walk_pruned
+from loopcheck.lint.rules.base import FileContext, Rule, module_nodes, walk, walk_pruned
 from loopcheck.lint.values import ModuleIndex, code_of, dotted, index_for
 
 K = EventKind
@@ -390,8 +390,8 @@ class _Reader:
             return
         self._seen.add(key)
         up = index_for(path, module).parent
-        for node in nodes_of(scope, cst.Name):
-            if node.value != name or _binds_or_labels(node, up.get(id(node))):
+        for node in _spelled(module, scope, name):
+            if _binds_or_labels(node, up.get(id(node))):
                 continue
             self.value(path, module, node, callers, depth)
             if self.restore.unknown:
@@ -487,6 +487,23 @@ def _literal_index(sub: cst.Subscript) -> str | None:
     if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
         return _string(sub.slice[0].slice.value)
     return None
+
+
+def _spelled(module: cst.Module, scope: cst.CSTNode, name: str) -> list[cst.Name]:
+    """The Name nodes spelling `name` under `scope` (the module or one of its nodes), in source
+    order: picked from the module's shared walk rather than a walk of the scope."""
+    found = [node for node in nodes_of(module, cst.Name) if node.value == name]
+    if scope is module:
+        return found
+    parents = module_nodes(module)[1]
+    inside = []
+    for node in found:
+        current = parents.get(id(node))
+        while current is not None and current is not scope:
+            current = parents.get(id(current))
+        if current is not None:
+            inside.append(node)
+    return inside
 
 
 def _binds_or_labels(node: cst.Name, parent: cst.CSTNode | None) -> bool:
