@@ -1,10 +1,11 @@
-"""Source positions of libcst nodes, computed cheaply.
+"""Source positions of libcst nodes, computed cheaply and only for the nodes asked about.
 
 libcst's `PositionProvider` tracks line and column for every token of the whole tree, which costs
-more than parsing. Here one code-generation pass records only token indexes for each node's
-syntactic start and end; the indexes are turned into (line, column) with a prefix sum and a
-binary search over line starts, only for the nodes that are asked about. A module's table is
-built on first use and kept for the few most recent modules.
+more than parsing. Most nodes are never reported, so positions are found one statement at a time
+(`StatementPositions`): the statement holding the node is rendered alone and placed in the source
+text where that text occurs (or, when it occurs more than once, at the line Python's `ast` gives).
+`PositionTable` renders the whole module once, recording token indexes of each node's syntactic
+range; it answers whatever the statement-at-a-time way cannot (and checks it in the tests).
 
 Lines and columns are 1-based; `end_column` is the 1-based column just after the node's last
 character (the SARIF convention), so a one-character node at column 5 ends at column 6.
@@ -267,14 +268,15 @@ _ERRORS = (_Fallback, RecursionError, MemoryError, ValueError, SyntaxError, Inde
 class StatementPositions:
     """Positions of nodes of one module, computed one statement at a time.
 
-    Python's own parser (`ast`, in C, several times faster than libcst's) gives the line each
-    statement starts on; the libcst statement that holds an asked-for node is matched to its
-    `ast` statement through the chain of enclosing blocks, rendered alone (with the indentation
-    of its blocks; a compound statement only up to its body when the node is in its header) and
-    checked against the source text at that line. Only statements that hold asked-for nodes are
-    rendered, so a file costs the size of what the rules look at. Anything unexpected (a
-    mismatch, syntax this Python's `ast` does not know, nodes outside statements) falls back to
-    the whole-module `PositionTable`: the answers are always the table's.
+    The libcst statement that holds an asked-for node is rendered alone (with the indentation of
+    its blocks; a compound statement only up to its body when the node is in its header). Where
+    that text occurs once in the source, that is where the statement is. Otherwise Python's own
+    parser (`ast`, in C, several times faster than libcst's) gives the line: the statement is
+    matched to its `ast` statement through the chain of enclosing blocks, and the text is checked
+    against the source at that line. Only statements that hold asked-for nodes are rendered, so
+    a file costs the size of what the rules report. Anything unexpected (a mismatch, syntax this
+    Python's `ast` does not know, nodes outside statements) falls back to the whole-module
+    `PositionTable`: the answers are always the table's.
     """
 
     def __init__(self, module: cst.Module, source: str) -> None:

@@ -7,7 +7,7 @@ more; the loop model, the rules and the fixes walk trees through these functions
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import libcst as cst
 
@@ -92,27 +92,63 @@ def walk_pruned(root: cst.CSTNode, prune: tuple[type, ...]) -> Iterator[cst.CSTN
         stack.extend(reversed(child_nodes(node)))
 
 
-def module_nodes(module: cst.Module) -> tuple[list[cst.CSTNode], dict[int, cst.CSTNode]]:
-    """Every node of `module` in `walk` order, and id(node) -> parent; one walk per module,
-    shared by the rules (kept for the few most recent modules)."""
-    found = _MODULE_NODES.get(id(module))
+# Kinds whose subtree end `module_walk` records: the value index binds a name only after the
+# value assigned to it (`x = f(x)` sees the previous `x`) and lists calls innermost first.
+CLOSED_KINDS = frozenset({
+    cst.Call, cst.ClassDef, cst.FunctionDef, cst.Import, cst.ImportFrom, cst.Assign, cst.AnnAssign,
+    cst.AugAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.WithItem,
+})
+
+
+class ModuleWalk(NamedTuple):
+    """One walk of a module, shared by the rules, the value index and the positions."""
+
+    nodes: list[cst.CSTNode]  # every node in `walk` order (source order, parents first)
+    parents: dict[int, cst.CSTNode]  # id(node) -> parent
+    order: dict[int, int]  # id(node) -> index in `nodes`
+    kids: dict[int, list[cst.CSTNode]]  # id(node) -> `child_nodes(node)`
+    closed: list[tuple[cst.CSTNode, int]]  # CLOSED_KINDS nodes as their subtrees end, with len(nodes) then
+
+
+def module_walk(module: cst.Module) -> ModuleWalk:
+    """The walk of `module` (one per module, kept for the few most recent modules)."""
+    found = _WALKS.get(id(module))
     if found is not None and found[0] is module:
-        return found[1], found[2]
+        return found[1]
     nodes: list[cst.CSTNode] = []
     parents: dict[int, cst.CSTNode] = {}
-    stack: list[cst.CSTNode] = [module]
+    order: dict[int, int] = {}
+    kids: dict[int, list[cst.CSTNode]] = {}
+    closed: list[tuple[cst.CSTNode, int]] = []
+    closing = CLOSED_KINDS
+    # The stack holds nodes to enter and 1-tuples: a node whose subtree is done when popped.
+    stack: list = [module]
     while stack:
         node = stack.pop()
+        if type(node) is tuple:
+            closed.append((node[0], len(nodes)))
+            continue
+        order[id(node)] = len(nodes)
         nodes.append(node)
         children = child_nodes(node)
-        for child in children:
-            parents[id(child)] = node
-        children.reverse()
-        stack.extend(children)
-    if len(_MODULE_NODES) > 16:
-        _MODULE_NODES.clear()
-    _MODULE_NODES[id(module)] = (module, nodes, parents)
-    return nodes, parents
+        kids[id(node)] = children
+        if type(node) in closing:
+            stack.append((node,))
+        if children:
+            for child in children:
+                parents[id(child)] = node
+            stack.extend(children[::-1])
+    result = ModuleWalk(nodes, parents, order, kids, closed)
+    if len(_WALKS) > 16:
+        _WALKS.clear()
+    _WALKS[id(module)] = (module, result)
+    return result
 
 
-_MODULE_NODES: dict[int, tuple[cst.Module, list[cst.CSTNode], dict[int, cst.CSTNode]]] = {}
+def module_nodes(module: cst.Module) -> tuple[list[cst.CSTNode], dict[int, cst.CSTNode]]:
+    """Every node of `module` in `walk` order, and id(node) -> parent (from `module_walk`)."""
+    found = module_walk(module)
+    return found.nodes, found.parents
+
+
+_WALKS: dict[int, tuple[cst.Module, ModuleWalk]] = {}

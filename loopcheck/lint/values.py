@@ -10,7 +10,6 @@ comes back as None (or []), and the rules built on it then say nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from loopcheck.lint.positions import node_span
-from loopcheck.lint.syntax import child_nodes
+from loopcheck.lint.syntax import CLOSED_KINDS, module_walk
 
 if TYPE_CHECKING:  # rules.base imports every rule family, and those import this module
     from loopcheck.lint.rules.base import FileContext
@@ -110,55 +109,6 @@ def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
 
 
 _SCOPE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
-_NOTED = frozenset(
-    {
-        cst.Call, cst.ClassDef, cst.FunctionDef, cst.Import, cst.ImportFrom, cst.Assign, cst.AnnAssign,
-        cst.AugAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.WithItem,
-    }
-)
-# fields that hold only whitespace and punctuation
-_LAYOUT = (
-    "whitespace", "lpar", "rpar", "leading_lines", "lines_after_decorators", "header", "footer",
-    "comma", "dot", "equal", "semicolon", "colon", "newline", "indent", "trailing_whitespace",
-    "asynchronous", "first_line", "empty_lines", "lbracket", "rbracket", "lbrace", "rbrace",
-)
-_FIELDS: dict[type, tuple[str, ...]] = {}
-_IS_NODE: dict[type, bool] = {}
-
-
-def _fields_of(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The child nodes of `node` that carry meaning, in source order."""
-    kind = type(node)
-    names = _FIELDS.get(kind)
-    if names is None:
-        names = _FIELDS[kind] = tuple(
-            f.name for f in dataclasses.fields(node) if not f.name.startswith(_LAYOUT)
-        )
-    out: list[cst.CSTNode] = []
-    is_node = _IS_NODE
-    for name in names:
-        value = getattr(node, name)
-        kind = type(value)
-        if kind is list or kind is tuple:
-            for v in value:
-                found = is_node.get(type(v))
-                if found or (found is None and _node(v)):
-                    out.append(v)
-        else:
-            found = is_node.get(kind)
-            if found or (found is None and _node(value)):
-                out.append(value)
-    return out
-
-
-def _node(value: object) -> bool:
-    kind = type(value)
-    found = _IS_NODE.get(kind)
-    if found is None:
-        found = _IS_NODE[kind] = isinstance(value, cst.CSTNode)
-    return found
-
-
 @dataclass(frozen=True)
 class Assignment:
     order: int
@@ -173,44 +123,30 @@ class ModuleIndex:
     def __init__(self, path: str, module: cst.Module) -> None:
         self.path = path
         self.module = module
-        self.parent: dict[int, cst.CSTNode] = {}
-        self.order: dict[int, int] = {}
         self.imports: dict[str, tuple[str, int, str | None]] = {}
         self.classes: dict[str, cst.ClassDef] = {}
         self.functions: dict[str, cst.FunctionDef] = {}
         self.assigns: dict[tuple[int, str], list[Assignment]] = {}
         self.calls: list[cst.Call] = []
-        self.kids: dict[int, list[cst.CSTNode]] = {}
         self._scopes: dict[int, cst.CSTNode] = {}
         self._calls_by_scope: dict[int, list[cst.Call]] | None = None
         self._calls_by_callee: dict[tuple[str, str], list[cst.Call]] | None = None
+        self.parent: dict[int, cst.CSTNode]
+        self.order: dict[int, int]  # source order of every node
+        self.kids: dict[int, list[cst.CSTNode]]
         self._walk(module)
 
     # -- building ---------------------------------------------------------------------------
 
     def _walk(self, module: cst.Module) -> None:
-        # A hand-written walk over the nodes' fields: libcst's visitor rebuilds every node, which
-        # costs more than the whole analysis. Bindings get their order after their value, so a
-        # name used in its own assignment (`x = f(x)`) sees the previous binding.
-        # The stack holds nodes to enter and, for the noted kinds only, 1-tuples: the node to
-        # note once its subtree is done.
-        order, kids, parent = self.order, self.kids, self.parent
-        note, noted = self._note, _NOTED
-        stack: list = [module]
-        while stack:
-            node = stack.pop()
-            if type(node) is tuple:
-                note(node[0], len(order))
-                continue
-            order[id(node)] = len(order)
-            children = child_nodes(node)
-            kids[id(node)] = children
-            if type(node) in noted:
-                stack.append((node,))
-            if children:
-                for child in children:
-                    parent[id(child)] = node
-                stack.extend(children[::-1])
+        # The shared walk reads the nodes' fields directly: libcst's visitor rebuilds every node,
+        # which costs more than the whole analysis. Bindings get their order after their value,
+        # so a name used in its own assignment (`x = f(x)`) sees the previous binding.
+        walk = module_walk(module)
+        self.parent, self.order, self.kids = walk.parents, walk.order, walk.kids
+        note = self._note
+        for node, done in walk.closed:
+            note(node, done)
 
     def children(self, node: cst.CSTNode) -> list[cst.CSTNode] | tuple[cst.CSTNode, ...]:
         found = self.kids.get(id(node))
@@ -228,7 +164,7 @@ class ModuleIndex:
 
     def _note(self, node: cst.CSTNode, done: int) -> None:
         kind = type(node)
-        if kind not in _NOTED:
+        if kind not in CLOSED_KINDS:
             return
         if type(node) is cst.Call:
             self.calls.append(node)
