@@ -9,6 +9,7 @@ parsed are simply not followed.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ class ProjectIndex:
 
     def __init__(self, roots: list[Path] | None = None) -> None:
         self.roots = [r.resolve() for r in roots or []]
+        self._resolved: dict[tuple[str, str, int], Path | None] = {}  # (folder, module, level) -> file
 
     def _search_dirs(self, from_path: str) -> list[Path]:
         here = Path(from_path).resolve().parent
@@ -115,6 +117,12 @@ class ProjectIndex:
             return found
 
     def _resolve(self, from_path: str, module: str, level: int) -> Path | None:
+        key = (os.path.dirname(from_path), module, level)
+        if key not in self._resolved:
+            self._resolved[key] = self._find(from_path, module, level)
+        return self._resolved[key]
+
+    def _find(self, from_path: str, module: str, level: int) -> Path | None:
         parts = [p for p in module.split(".") if p] if module else []
         if level:
             base = Path(from_path).resolve().parent

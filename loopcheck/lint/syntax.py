@@ -7,6 +7,7 @@ more; the loop model, the rules and the fixes walk trees through these functions
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Iterator, NamedTuple
 
 import libcst as cst
@@ -65,6 +66,22 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 # type -> whether its instances are nodes (a dict lookup instead of an ABC isinstance check)
 _IS_NODE: dict[type, bool] = {}
+
+
+@cache
+def classes_of(kind: type | tuple[type, ...]) -> frozenset[type]:
+    """The classes whose instances are `kind` instances: `type(node) in classes_of(kind)` is
+    `isinstance(node, kind)`. libcst's node classes are ABCs, on which `isinstance` is slow:
+    filtering a module's nodes with it costs about as much as walking them. (libcst defines all
+    its node classes on import, and nothing registers virtual subclasses.)"""
+    found: set[type] = set()
+    todo = list(kind) if isinstance(kind, tuple) else [kind]
+    while todo:
+        current = todo.pop()
+        if current not in found:
+            found.add(current)
+            todo.extend(current.__subclasses__())
+    return frozenset(found)
 
 
 def walk(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None]]:

@@ -11,6 +11,7 @@ comes back as None (or []), and the rules built on it then say nothing.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
@@ -109,6 +110,7 @@ def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
 
 
 _SCOPE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+_FUNCTION_TYPES = frozenset({cst.FunctionDef, cst.Lambda})
 @dataclass(frozen=True)
 class Assignment:
     order: int
@@ -235,7 +237,7 @@ class ModuleIndex:
         found = self.module
         current = self.parent.get(id(node))
         while current is not None:
-            if isinstance(current, (cst.FunctionDef, cst.Lambda)):
+            if type(current) in _FUNCTION_TYPES:
                 found = current
                 break
             current = self.parent.get(id(current))
@@ -597,16 +599,18 @@ def param_index(func: cst.FunctionDef, name: str) -> int | None:
     return names.index(name) if name in names else None
 
 
-_INDEXES: dict[int, ModuleIndex] = {}
+_INDEXES: "OrderedDict[int, ModuleIndex]" = OrderedDict()
+_KEEP = 32  # indexes kept: the linted file and the project modules its calls reach
 
 
 def index_for(path: str, module: cst.Module) -> ModuleIndex:
     """The index of a parsed module (built once per module object)."""
     found = _INDEXES.get(id(module))
     if found is not None and found.module is module and found.path == path:
+        _INDEXES.move_to_end(id(module))
         return found
-    if len(_INDEXES) > 64:
-        _INDEXES.clear()
     built = ModuleIndex(path, module)
     _INDEXES[id(module)] = built
+    while len(_INDEXES) > _KEEP:
+        _INDEXES.popitem(last=False)
     return built

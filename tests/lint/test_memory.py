@@ -639,6 +639,44 @@ def test_softmax_model_and_loss_wrapper_in_other_modules(tmp_path):
     assert found(source, path=str(root / "train.py")) == set()
 
 
+def test_softmax_two_imports_away_is_found(tmp_path):
+    # neither the script nor the module it imports names the activation: the module behind that one does
+    root = _project(tmp_path, {
+        "layers.py": """
+            import torch.nn as nn
+
+            class Head(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(10, 3)
+                    self.act = nn.Softmax(dim=1)
+
+                def forward(self, x):
+                    return self.act(self.fc(x))
+        """,
+        "model.py": """
+            from layers import Head as Net
+        """,
+        "train.py": """
+            import torch
+            import torch.nn as nn
+            from model import Net
+
+            def main(loader):
+                model = Net()
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                criterion = nn.CrossEntropyLoss()
+                for x, y in loader:
+                    opt.zero_grad()
+                    loss = criterion(model(x), y)  # expect: LC602
+                    loss.backward()
+                    opt.step()
+        """,
+    })
+    source = (root / "train.py").read_text()
+    assert found_in_project(root / "train.py") == {("train.py", line, code) for line, code in expected(source)}
+
+
 def test_unresolvable_imported_model_says_nothing(tmp_path):
     source = textwrap.dedent("""
         import torch

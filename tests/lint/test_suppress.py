@@ -49,6 +49,19 @@ def test_line_comments_silence_their_codes_and_prefixes_only():
     assert kept_codes(findings, SOURCE) == [("LC201", 4), ("LC301", 5), ("LC104", 7)]
 
 
+def test_directives_are_recognised_in_any_case():
+    src = ["# LoopCheck: Ignore-File[LC5]", "import torch", "opt.step()  # NOQA: LC104", "sched.step()  # NoQa"]
+    findings = [finding("LC501", 2), finding("LC104", 3), finding("LC201", 4), finding("LC102", 3)]
+    assert kept_codes(findings, src) == [("LC102", 3)]
+
+
+def test_a_file_without_directives_keeps_every_finding():
+    src = ["for x in loader:", "    opt.step()  # not a directive", "    log('noq' + 'a')"]
+    findings = [finding("LC104", 2), finding("LC201", 3)]
+    assert kept_codes(findings, src) == [("LC104", 2), ("LC201", 3)]
+    assert scan_file(src).all() == []
+
+
 def test_used_suppressions_carry_the_codes_they_silenced():
     _, used = apply_suppressions([finding("LC102", 4), finding("LC104", 5), finding("LC104", 8)], SOURCE)
     assert [(s.line, s.kind, s.matched) for s in used] == [

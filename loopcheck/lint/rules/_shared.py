@@ -9,7 +9,6 @@ Nothing here knows a rule code; the families build their checks on top of it.
 from __future__ import annotations
 
 import re
-from functools import cache
 from pathlib import Path
 from typing import Iterator
 from weakref import WeakKeyDictionary
@@ -19,6 +18,7 @@ import libcst as cst
 from loopcheck.lint.loopmodel import CallSite, Event, Loop, LoopKind
 from loopcheck.lint.positions import node_span
 from loopcheck.lint.rules.base import FileContext, module_nodes, walk, walk_pruned
+from loopcheck.lint.syntax import classes_of
 
 # --- prefilters -------------------------------------------------------------------------------
 
@@ -209,22 +209,6 @@ def nodes_of(root: cst.CSTNode, kind: type | tuple[type, ...]) -> list:
     if isinstance(root, cst.Module):  # one shared walk serves all the queries on a module
         return [node for node in module_nodes(root)[0] if type(node) in types]
     return [node for node, _ in walk(root) if type(node) in types]
-
-
-@cache
-def classes_of(kind: type | tuple[type, ...]) -> frozenset[type]:
-    """The classes whose instances are `kind` instances: `type(node) in classes_of(kind)` is
-    `isinstance(node, kind)`. libcst's node classes are ABCs, on which `isinstance` is slow:
-    filtering a module's nodes with it costs about as much as walking them. (libcst defines all
-    its node classes on import, and nothing registers virtual subclasses.)"""
-    found: set[type] = set()
-    todo = list(kind) if isinstance(kind, tuple) else [kind]
-    while todo:
-        current = todo.pop()
-        if current not in found:
-            found.add(current)
-            todo.extend(current.__subclasses__())
-    return frozenset(found)
 
 
 def module_of(path: str, ctx: FileContext) -> cst.Module | None:

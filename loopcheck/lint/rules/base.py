@@ -25,7 +25,7 @@ import libcst as cst
 
 from loopcheck.catalog import RulePage, page
 from loopcheck.findings import Finding, Severity
-from loopcheck.lint.syntax import child_nodes, module_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
+from loopcheck.lint.syntax import child_nodes, classes_of, module_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
 
 if TYPE_CHECKING:
     from loopcheck.lint.loopmodel import Event, ModuleModel
@@ -73,7 +73,10 @@ class FileContext:
         Much cheaper than a `module.visit(...)` per rule (libcst visitors rebuild the tree as
         they go); whitespace, commas and parentheses are not included."""
         everything = self._nodes[0]
-        return [n for n in everything if isinstance(n, types)] if types else list(everything)
+        if not types:
+            return list(everything)
+        classes = classes_of(types)
+        return [n for n in everything if type(n) in classes]
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The syntactic parent of a node of this module (None for the module itself)."""

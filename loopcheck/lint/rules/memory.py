@@ -70,6 +70,7 @@ class LossFlow(Flow):
     def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._sinks: dict[tuple[int, int], Sink | None] = {}
+        self._graph_losses: dict[int, bool] = {}
 
     # -- activations ------------------------------------------------------------------------
 
@@ -162,6 +163,17 @@ class LossFlow(Flow):
         return None
 
     # -- losses -----------------------------------------------------------------------------
+
+    def returns_graph_loss(self, func: Where) -> bool:
+        """True when every return of `func` is a loss it called backward() on (not `.item()`)."""
+        found = self._graph_losses.get(id(func.node))
+        if found is None:
+            calls = (n for n in func.index.scoped(func.node) if type(n) is cst.Call)
+            targets = {_key(e) for call in calls for e in _backward_inputs(call)}
+            returns = self.returns(func)
+            found = bool(returns) and bool(targets) and all(_key(r) in targets for r in returns)
+            self._graph_losses[id(func.node)] = found
+        return found
 
     def sink(self, index: ModuleIndex, call: cst.Call, depth: int = 0) -> Sink | None:
         """The loss computed by `call`, and which argument is its input."""
@@ -280,9 +292,11 @@ class _ActivationIntoLoss(Rule):
         raise NotImplementedError
 
 
-# the words one of whose appearance an activation needs, in lower case (`Softmax`, `F.softmax`, `expit`)
+# per activation, the names that produce it, in lower case: no activation without one of them
 _ACTIVATION_WORDS = {
-    act: tuple(sorted({name.lower() for table in (ACTIVATION_FUNCS, ACTIVATION_LAYERS) for name, a in table.items() if a == act}))
+    act: tuple(sorted({
+        name.lower() for table in (ACTIVATION_FUNCS, ACTIVATION_LAYERS) for name, made in table.items() if made == act
+    }))
     for act in ("softmax", "sigmoid")
 }
 
@@ -313,8 +327,10 @@ def _imported_texts(ctx: FileContext) -> list[str] | None:
     todo = [index_for(ctx.path, ctx.module)]
     while todo:
         index = todo.pop()
-        targets = {(module, level) for module, level, _ in index.imports.values()}
-        targets |= {(f"{module}.{name}" if module else name, level) for module, level, name in index.imports.values() if name}
+        imports = index.imports.values()
+        # what `Flow.definition` may load: the module, or the name imported from it as a module
+        targets = {(module, level) for module, level, _ in imports}
+        targets |= {(f"{module}.{name}" if module else name, level) for module, level, name in imports if name}
         for target, level in targets:
             if not (target or level):
                 continue
@@ -390,7 +406,8 @@ def _backward_inputs(call: cst.Call) -> list[cst.BaseExpression]:
     """The tensors a backward call differentiates: `x.backward()`, `scaler.scale(x).backward()`,
     `(x / k).backward()`, `accelerator.backward(x)`, `torch.autograd.backward(x)`."""
     func = call.func
-    if not (isinstance(func, cst.Attribute) and func.attr.value in ("backward", "manual_backward")):
+    # `type(...) is`: the common case decided without a slow ABC isinstance (no subclasses)
+    if type(func) is not cst.Attribute or func.attr.value not in ("backward", "manual_backward"):  # type: ignore
         return []
     if func.attr.value == "manual_backward" or (call.args and dotted(func.value) in _BACKWARD_OWNERS):
         arg = first_arg(call)
@@ -497,7 +514,7 @@ class _LossTracker:
         callee = self.flow.obj(self.index, call.func, call)
         if callee is None or callee.kind != "function":
             return False
-        return _returns_graph_loss(self.flow, callee.where)
+        return self.flow.returns_graph_loss(callee.where)
 
 
 class _AnyLoss(_LossTracker):
@@ -516,14 +533,6 @@ class _AnyLoss(_LossTracker):
 
 
 _SHAPE = _AnyLoss()
-
-
-def _returns_graph_loss(flow: LossFlow, func: Where) -> bool:
-    """True when every return of `func` is a loss it called backward() on (not `.item()`)."""
-    calls = (n for n in func.index.scoped(func.node) if isinstance(n, cst.Call))
-    targets = {_key(e) for call in calls for e in _backward_inputs(call)}
-    returns = flow.returns(func)
-    return bool(returns) and bool(targets) and all(_key(r) in targets for r in returns)
 
 
 class LossRetainsGraph(Rule):
@@ -601,12 +610,14 @@ _BODY = classes_of((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Call, cst.For,
 def _kept_losses(
     flow: LossFlow, index: ModuleIndex, loop: cst.For | cst.While, names: dict[tuple[str, int], set[str]]
 ) -> Iterator[tuple[cst.CSTNode, str, str]]:
+    # node classes are compared with `type(n) is` (none of these has subclasses): on these hot
+    # paths libcst's ABC isinstance checks cost more than the rest of the work
     body = [n for n in index.scoped(loop.body) if type(n) in _BODY]
-    targets = {_key(e) for n in body if isinstance(n, cst.Call) for e in _backward_inputs(n)}
+    targets = {_key(e) for n in body if type(n) is cst.Call for e in _backward_inputs(n)}
     targets.discard("")
     # `loss = out["loss"]; loss.backward()`: `out["loss"]` is the loss too
     for n in body:
-        if isinstance(n, cst.Assign) and len(n.targets) == 1 and _key(n.targets[0].target) in targets:
+        if type(n) is cst.Assign and len(n.targets) == 1 and _key(n.targets[0].target) in targets:
             if isinstance(n.value, (cst.Name, cst.Attribute, cst.Subscript)):
                 targets.add(_key(n.value))
     tracker = _LossTracker(flow, index, targets)
@@ -619,7 +630,8 @@ def _kept_losses(
         return name in spared
 
     for n in body:
-        if isinstance(n, cst.Assign) and len(n.targets) == 1:
+        kind = type(n)
+        if kind is cst.Assign and len(n.targets) == 1:
             target = n.targets[0].target
             name = dotted(target)
             if name is None:
@@ -636,12 +648,12 @@ def _kept_losses(
                 tracker.losses.add(name)
             else:
                 tracker.losses.discard(name)
-        elif isinstance(n, cst.AugAssign) and isinstance(n.operator, (cst.AddAssign, cst.SubtractAssign)):
+        elif kind is cst.AugAssign and type(n.operator) in (cst.AddAssign, cst.SubtractAssign):
             root = _root(n.target)
             loss = None if _under_no_grad(index, n, loop) else tracker.carries(n.value, n)
             if loss is not None and root and not kept_on_purpose(root):
                 yield n, _key(n.target), _key(loss)
-        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _KEEP_METHODS:
+        elif kind is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value in _KEEP_METHODS:
             holder = n.func.value
             root = _root(holder)
             if root is None or not _may_keep(index, n) or _under_no_grad(index, n, loop) or kept_on_purpose(root):
@@ -754,7 +766,7 @@ def _backpropagated_names(index: ModuleIndex, scope: cst.CSTNode) -> set[str]:
 def _under_no_grad(index: ModuleIndex, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
     current = index.parent.get(id(node))
     while current is not None and current is not stop:
-        if isinstance(current, cst.With):
+        if type(current) is cst.With:
             for item in current.items:
                 call = item.item
                 if isinstance(call, cst.Call):
