@@ -30,7 +30,7 @@ class ParsedModule:
 
 
 _PARSED: "OrderedDict[str, tuple[tuple[int, int], ParsedModule | None]]" = OrderedDict()
-_KEEP = 64  # parsed modules kept: the files a few linted files import, not the whole project
+_KEEP = 16  # parsed modules kept: those the files of one folder import, not the whole project
 
 
 def _keep(key: str, entry: tuple[tuple[int, int], ParsedModule | None]) -> None:

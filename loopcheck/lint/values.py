@@ -600,7 +600,7 @@ def param_index(func: cst.FunctionDef, name: str) -> int | None:
 
 
 _INDEXES: "OrderedDict[int, ModuleIndex]" = OrderedDict()
-_KEEP = 32  # indexes kept: the linted file and the project modules its calls reach
+_KEEP = 16  # indexes kept: the linted file and the project modules its calls reach
 
 
 def index_for(path: str, module: cst.Module) -> ModuleIndex:
