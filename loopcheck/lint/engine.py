@@ -274,7 +274,8 @@ def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project:
     from loopcheck.lint.fixes import attach_fixes
 
     findings = attach_fixes(findings, ctx)  # the `fix` field of findings whose code has a fixer
-    result.findings, result.suppressions_used = _suppress(findings, path, ctx.lines, project)
+    if findings:
+        result.findings, result.suppressions_used = _suppress(findings, path, ctx.lines, project)
     result.findings.sort(key=_order)
     return result
 
@@ -360,6 +361,13 @@ def _worker_setup() -> None:
     gc.set_threshold(1_000_000, 50, 50)
 
 
+def _import_analysis() -> None:
+    import loopcheck.lint.fixes  # noqa: F401
+    from loopcheck.lint.rules.base import all_rules
+
+    all_rules()
+
+
 def _check_one(args: tuple[str, Callable[[str], bool]]) -> FileResult:
     path, enabled = args
     return check_file(path, enabled=enabled)
@@ -378,6 +386,8 @@ def check_paths(
     results: list[FileResult]
     if workers > 1 and len(files) >= _PARALLEL_MIN_FILES and _picklable(enabled):
         from concurrent.futures import ProcessPoolExecutor
+
+        _import_analysis()  # once here rather than in every worker (they start as copies of this process)
 
         # Small chunks, so the workers finish together; in folder order, so the modules of one
         # project that the files import stay in a worker's caches.

@@ -8,7 +8,8 @@ more; the loop model, the rules and the fixes walk trees through these functions
 from __future__ import annotations
 
 from functools import cache
-from typing import Iterator, NamedTuple
+from operator import attrgetter
+from typing import Any, Callable, Iterator, NamedTuple
 
 import libcst as cst
 
@@ -41,13 +42,33 @@ def _child_fields(tp: type) -> tuple[str, ...]:
     return found
 
 
+def _getter(tp: type) -> tuple[Callable[[cst.CSTNode], Any] | None, bool]:
+    """(reader of the child fields of `tp`, whether it reads a single field); fields typed `str`
+    (a Name's value, a number's digits) are left out: they never hold nodes."""
+    import dataclasses
+
+    text = {f.name for f in dataclasses.fields(tp) if f.type in ("str", str)}
+    fields = tuple(f for f in _child_fields(tp) if f not in text)
+    found: tuple[Callable[[cst.CSTNode], Any] | None, bool]
+    if not fields:
+        found = (None, False)
+    else:
+        found = (attrgetter(*fields), len(fields) == 1)
+    _GETTERS[tp] = found
+    return found
+
+
+_GETTERS: dict[type, tuple[Callable[[cst.CSTNode], Any] | None, bool]] = {}
+
+
 def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The child nodes `walk` goes through, in source order (whitespace and punctuation left out)."""
+    get, single = _GETTERS.get(type(node)) or _getter(type(node))
     children: list[cst.CSTNode] = []
-    fields = _FIELDS.get(type(node)) or _child_fields(type(node))
+    if get is None:
+        return children
     is_node = _IS_NODE
-    for name in fields:
-        value = getattr(node, name)
+    for value in (get(node),) if single else get(node):
         kind = type(value)
         found = is_node.get(kind)
         if found is None:

@@ -49,7 +49,10 @@ class FileContext:
         self.source = source
         self.module = module
         self.project = project  # the project index (loopmodel follows local imports through it)
-        self.lines = source.splitlines()
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.source.splitlines()
 
     @cached_property
     def model(self) -> "ModuleModel":
