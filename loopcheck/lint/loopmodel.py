@@ -383,6 +383,8 @@ _EXPRESSION_PARTS = (
     cst.SubscriptElement, cst.BaseSlice, cst.ComparisonTarget, cst.FormattedStringExpression,
 )
 _EXPRESSION_PART: dict[type, bool] = {}
+# nodes whose text is their `value` when they have no parentheses
+_ATOMS = frozenset({cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Imaginary})
 # expressions without calls to visit (literals and names), or whose calls run later (definitions)
 _OPAQUE_EXPRESSIONS = frozenset({
     cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Ellipsis, cst.Imaginary,
@@ -548,7 +550,9 @@ class _Unit:
 
     def text(self, node: cst.CSTNode) -> str:
         """Source text of a node of this file."""
-        if isinstance(node, (cst.BaseExpression, cst.Parameters)) and not type(node) is cst.StarredElement:
+        if type(node) in _ATOMS and not node.lpar:  # type: ignore[attr-defined]
+            return node.value  # type: ignore[attr-defined]
+        if isinstance(node, (cst.BaseExpression, cst.Parameters)) and type(node) is not cst.StarredElement:
             # these render exactly their source text (others may add a trailing comma)
             return self.module.code_for_node(node).strip()
         from loopcheck.lint.positions import positions_for
@@ -860,7 +864,7 @@ class _Builder:
     def _strip(self, node: cst.BaseExpression, frame: _Frame) -> cst.BaseExpression:
         """`model.to(dev)`, `DDP(model)`, `unwrap_model(model)` -> `model`."""
         for _ in range(8):
-            if not type(node) is cst.Call:
+            if type(node) is not cst.Call:
                 return node
             func = node.func
             if type(func) is cst.Attribute and func.attr.value in _MOVE_METHODS:
@@ -1161,7 +1165,7 @@ class _Builder:
             frame.no_grad, frame.autocast, frame.grad_conditional = saved
 
     def _enter_context(self, expr: cst.BaseExpression, node: cst.CSTNode, frame: _Frame) -> None:
-        if not type(expr) is cst.Call:
+        if type(expr) is not cst.Call:
             return
         qual = frame.unit.qualify(expr.func) or ""
         last = qual.rsplit(".", 1)[-1]
@@ -1375,7 +1379,7 @@ class _Builder:
         # Net().to(device), Net().cuda(): the constructor is inside
         while type(call) is cst.Call and type(call.func) is cst.Attribute and call.func.attr.value in _MOVE_METHODS:
             call = call.func.value
-        if not type(call) is cst.Call:
+        if type(call) is not cst.Call:
             return False
         unit = frame.unit
         qual = unit.qualify(call.func)
@@ -1657,7 +1661,7 @@ class _Builder:
         unit = frame.unit
         if type(closure) is cst.Name:
             fdef = frame.local_funcs.get(closure.value) or unit.functions.get(closure.value)
-        if fdef is None and not type(closure) is cst.Lambda:
+        if fdef is None and type(closure) is not cst.Lambda:
             return []
         saved_events = len(self.events)
         saved_loop_stack = self.loop_stack

@@ -111,6 +111,8 @@ def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
 
 _SCOPE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _FUNCTION_TYPES = frozenset({cst.FunctionDef, cst.Lambda})
+
+
 @dataclass(frozen=True)
 class Assignment:
     order: int
