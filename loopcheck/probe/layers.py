@@ -12,6 +12,11 @@ is most of the probe's cost on a convolutional network. Most modules do not need
   the finiteness of their parameters, which is far less data than their outputs.
 - PASS-THROUGH containers (a plain `nn.Sequential`) return their last child's output unchanged
   and get no hook.
+- DENSE GROUPS are plain `nn.Sequential`s made only of covered and safe layers (and of such
+  groups): a Sequential runs every child in order, so one hook on the group tells which covered
+  layers ran and in which order, as their own hooks would, for a fraction of the cost. While a
+  group cannot be trusted as a whole (a normalisation using running statistics, a call from
+  outside a probed model's forward, a float16 output), its layers get their own hooks again.
 - Everything else (custom modules, embeddings, attention, anything with hooks or parametrizations
   of its own) has its output reduced, as do the probed models themselves.
 
@@ -68,6 +73,24 @@ def is_covered(module: nn.Module) -> bool:
         return False  # weight_norm / spectral_norm / user hooks compute or change things we would not see
     eps = getattr(module, "eps", 1.0)
     return eps is None or eps > 0
+
+
+def dense_group(module: nn.Module) -> list[nn.Module] | None:
+    """The covered layers of a dense group, in execution order; None if `module` is not one."""
+    if not is_pass_through(module):
+        return None
+    members: list[nn.Module] = []
+    for child in module:
+        if is_covered(child):
+            members.append(child)
+        elif is_pass_through(child):
+            inner = dense_group(child)
+            if inner is None:
+                return None
+            members.extend(inner)
+        elif not is_safe(child):
+            return None
+    return members
 
 
 def uses_running_stats(module: nn.Module) -> bool:

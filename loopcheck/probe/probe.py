@@ -1,8 +1,9 @@
 """The Probe context manager: hooks in on enter, a step clock, detector dispatch, hooks out on exit.
 
 The Probe owns everything shared by the detectors (module and parameter names, the step clock,
-the per-step loss and gradient norms, kept on the device) and nothing else; each check lives in
-a detector (`loopcheck.probe.detectors`). Every hook and wrapper is registered on one ExitStack,
+the per-step loss and gradient norms, kept on the device, and the queue of device values read
+at the next sample in one go) and nothing else; each check lives in a detector
+(`loopcheck.probe.detectors`). Every hook and wrapper is registered on one ExitStack,
 so leaving the context, by an exception or KeyboardInterrupt too, removes all of them.
 """
 
@@ -13,7 +14,7 @@ import threading
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -28,7 +29,7 @@ from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.patching import MethodPatch
 from loopcheck.probe.sink import RunLog, print_summary
-from loopcheck.probe.stats import fused_norms
+from loopcheck.probe.stats import Readings, fused_norms
 
 _LOCK = threading.Lock()
 _ACTIVE: "Probe | None" = None
@@ -93,6 +94,8 @@ class Probe:
         self.step = 0  # optimizer steps applied (of the first optimizer)
         self.skipped = 0  # steps the GradScaler skipped (first optimizer)
         self.step_loss: dict[int, torch.Tensor | None] = {}
+        self.loss_read: dict[int, slice | None] = {}  # where each step_loss sits in `readings`
+        self.readings = Readings()
         self.hooks = contextlib.ExitStack()
         self.rank, self.world_size = distributed.rank_and_size()
         self.is_main = self.rank == 0
@@ -101,7 +104,7 @@ class Probe:
         self._pending_losses: list[torch.Tensor] = []
         self._scaled: tuple[Any, torch.Tensor | None] | None = None
         self._applied = [0] * len(self.optimizers)
-        self._norms: dict[int, tuple[int, Any]] = {}
+        self._norms: dict[int, tuple[int, StepNorms]] = {}
         self._serial = 0
         self._last_sample = 0
         self._entered = False
@@ -240,8 +243,7 @@ class Probe:
             if not self.live:
                 return
             self._serial += 1
-            losses, self._pending_losses = self._pending_losses, []
-            self.step_loss[i] = _fold(losses)
+            self._take_losses(i)
             self._dispatch("on_step_pre", i, optimizer)
         return hook
 
@@ -270,6 +272,11 @@ class Probe:
                 probe._dispatch("after_backward", tensor)
             return result
         return backward
+
+    def _take_losses(self, i: int) -> None:
+        losses, self._pending_losses = self._pending_losses, []
+        loss = self.step_loss[i] = _fold(losses)
+        self.loss_read[i] = self.readings.add((loss,)) if loss is not None else None
 
     def _record_loss(self, tensor: torch.Tensor) -> None:
         if tensor.numel() != 1 or not tensor.is_floating_point():
@@ -336,8 +343,7 @@ class Probe:
             result = original(scaler, optimizer, *args, **kwargs)
             if probe.live and probe._applied[i] == before:
                 probe._serial += 1
-                losses, probe._pending_losses = probe._pending_losses, []
-                probe.step_loss[i] = _fold(losses)
+                probe._take_losses(i)
                 if i == 0:
                     probe.skipped += 1
                 probe._dispatch("on_step_skipped", i, optimizer)
@@ -357,12 +363,11 @@ class Probe:
         return scale
 
     # Shared per-step statistics ---------------------------------------------------------
-    def grad_norms(self, i: int) -> tuple[list[torch.Tensor], list[int]]:
+    def grad_norms(self, i: int) -> "StepNorms":
         """Per-parameter gradient norms of optimizer `i` at this step, on the device (no sync).
 
-        Returns (float32 0-d tensors, the positions in `opt_params[i]` they cover); both empty when
-        no parameter has a gradient. Computed once per step with one fused call and shared by the
-        detectors that need it; each stacks them with its own values.
+        Computed once per step with one fused call, queued once in `readings` and shared by the
+        detectors that need them; empty when no parameter has a gradient.
         """
         cached = self._norms.get(i)
         if cached is not None and cached[0] == self._serial:
@@ -374,7 +379,8 @@ class Probe:
             if g is not None and not g.is_sparse:
                 positions.append(j)
                 grads.append(g)
-        result = (fused_norms(grads) if grads else [], positions)
+        norms = fused_norms(grads) if grads else []
+        result = StepNorms(norms, positions, self.readings.add(norms))
         self._norms[i] = (self._serial, result)
         return result
 
@@ -460,6 +466,9 @@ class Probe:
         fresh = not final or self.step > self._last_sample or self.step == 0
         self._last_sample = self.step
         self._dispatch("on_sample", self.step, final)
+        # Not in a `finally`: after a ProbeError the detectors that did not get to read keep
+        # their slices, which stay valid until the queue is cleared at a later sample.
+        self.readings.clear()
         if not fresh:
             return
         metrics: dict[str, Any] = {"step": self.step, "skipped": self.skipped}
@@ -498,6 +507,14 @@ class Probe:
                 self._log.close()
             if self.config.summary and self.is_main:
                 print_summary(self)
+
+
+class StepNorms(NamedTuple):
+    """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`)."""
+
+    values: list[torch.Tensor]  # float32 0-d tensors on the device
+    positions: list[int]  # the positions in `opt_params[i]` they cover
+    read: slice  # where they sit in `Probe.readings`
 
 
 def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:

@@ -1,4 +1,4 @@
-"""Small shared pieces: the robust rolling level, output-tensor picking, deliberate host reads."""
+"""Small shared pieces: the robust rolling level, output-tensor picking, fused reductions, deliberate host reads."""
 
 from __future__ import annotations
 
@@ -72,9 +72,11 @@ def finite_probe_value(t: torch.Tensor) -> torch.Tensor:
     One reduction instead of `isfinite(t).all()`: a sum is NaN/Inf when any element is. Half
     precision is summed in float32 so that a large but finite activation cannot overflow the sum.
     """
+    if t.requires_grad:
+        t = t.detach()
     if t.dtype in _HALF:
-        return t.detach().sum(dtype=torch.float32)
-    return t.detach().sum()
+        return t.sum(dtype=torch.float32)
+    return t.sum()
 
 
 def fused_norms(tensors: Sequence[torch.Tensor], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
@@ -85,6 +87,8 @@ def fused_norms(tensors: Sequence[torch.Tensor], dtype: torch.dtype = torch.floa
     """
     with torch.no_grad():
         try:
+            if all(t.dtype is dtype for t in tensors):
+                return list(torch._foreach_norm(tensors, 2))
             if dtype is torch.float64 or all(t.dtype in _FLOAT32_OK for t in tensors):
                 return list(torch._foreach_norm(tensors, 2, dtype=dtype))
             return [n.to(dtype) for n in torch._foreach_norm(tensors, 2)]
@@ -92,14 +96,77 @@ def fused_norms(tensors: Sequence[torch.Tensor], dtype: torch.dtype = torch.floa
             return [torch.linalg.vector_norm(t.to(torch.promote_types(t.dtype, dtype))).to(dtype) for t in tensors]
 
 
+def max_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-tensor largest magnitude as 0-d tensors, in one fused call if possible (no host sync).
+
+    Finite exactly when every value is, in the tensor's own dtype: unlike a sum or a norm it cannot
+    overflow on large finite values.
+    """
+    with torch.no_grad():
+        try:
+            return list(torch._foreach_norm(tensors, math.inf))
+        except (RuntimeError, TypeError, AttributeError):  # older torch, unusual tensors
+            return [torch.linalg.vector_norm(t, math.inf) for t in tensors]
+
+
 def stack_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Stack 0-d tensors into a vector on the first one's device (no host sync)."""
+    """Stack 0-d tensors into a vector on the first one's device, in their promoted dtype (no host sync)."""
     with torch.no_grad():
         try:
             return torch.stack(values)  # type: ignore[arg-type]
-        except RuntimeError:  # several devices (a model split across GPUs) or dtypes
+        except RuntimeError:  # several devices (a model split across GPUs)
             device = values[0].device
-            return torch.stack([v.to(device, torch.float32, non_blocking=True) for v in values])
+            return torch.stack([v.to(device, non_blocking=True) for v in values])
+
+
+class Readings:
+    """Device scalars queued between two samples and read to the host together: one stack, one sync.
+
+    Detectors queue what they will judge at the next sample and keep the returned slice; at the
+    sample the first `host()` call reads everything at once and the others reuse it. Long
+    intervals are compacted as they go, so the queue holds a few vectors, not thousands of scalars.
+    """
+
+    _COMPACT = 1024
+
+    def __init__(self) -> None:
+        self._parts: list[torch.Tensor] = []
+        self._open: list[torch.Tensor] = []
+        self._size = 0
+        self._host: list[float] | None = None
+
+    def add(self, values: Sequence[torch.Tensor]) -> slice:
+        start = self._size
+        self._open.extend(values)
+        self._size += len(values)
+        self._host = None
+        if len(self._open) >= self._COMPACT:
+            self._parts.append(stack_scalars(self._open))
+            self._open = []
+        return slice(start, self._size)
+
+    def host(self) -> list[float]:
+        """Every queued value as a Python float (NaN and Inf kept), read once per sample."""
+        if self._host is None:
+            if self._open:
+                self._parts.append(stack_scalars(self._open))
+                self._open = []
+            parts = self._parts
+            if not parts:
+                self._host = []
+            else:
+                flat = parts[0] if len(parts) == 1 else _cat(parts)
+                self._host = host_read(flat).double().tolist()
+        return self._host
+
+    def clear(self) -> None:
+        self._parts, self._open, self._size, self._host = [], [], 0, None
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        device = parts[0].device
+        return torch.cat([p if p.device == device else p.to(device, non_blocking=True) for p in parts])
 
 
 def host_read(tensor: torch.Tensor) -> torch.Tensor:

@@ -206,3 +206,60 @@ def test_float_overflow_in_a_dense_layer_is_not_blamed_on_its_finite_weights():
     f = next(f for f in probe.findings if f.code.startswith("LP10"))
     assert f.code == "LP103" and f.step == 4 and f.where == "Sequential"
     assert "hold NaN/Inf" not in f.message and "overflow" in f.message and "2" in f.message
+
+
+def test_a_dense_group_has_one_hook_while_it_can_be_trusted_whole():
+    torch.manual_seed(0)
+    model = ConvNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def hooked():
+        return sorted(name for name, m in model.named_modules() if m._forward_hooks)
+
+    def step(k):
+        x, y = images(k)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    whole = ["", "classifier", "features"]
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        assert hooked() == whole
+        step(0)
+        model.eval()  # batch norm now normalises with running statistics: each layer reports itself
+        with torch.no_grad():
+            model(images(1)[0])
+        assert hooked() == ["", "classifier", "features.0", "features.1", "features.4", "features.5"]
+        model.train()
+        step(2)
+        assert hooked() == whole
+    assert probe.findings == []
+    assert hooked() == []
+
+
+class Half(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16))
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x)).float()
+
+
+def test_a_float16_group_is_split_and_its_layers_checked_one_by_one():
+    torch.manual_seed(0)
+    model = Half().half()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(8):
+            if step == 4:
+                with torch.no_grad():
+                    model.body[2].weight[1, 2] = float("nan")
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step)).half()
+            opt.zero_grad()
+            F.cross_entropy(model(x), torch.zeros(4, dtype=torch.long)).backward()
+            opt.step()
+        assert model.body[0]._forward_hooks and not model.body._forward_hooks
+    f = next(f for f in probe.findings if f.code.startswith("LP10"))
+    assert f.code == "LP103" and f.where == "body.2" and f.step == 5

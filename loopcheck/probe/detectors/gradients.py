@@ -1,7 +1,7 @@
 """LP101 / LP102 gradient norm spikes and vanishing; LP403 gradients not reset; LP404 unused parameters.
 
 Gradient norms come from `Probe.grad_norms` (fused per-parameter norms, kept on the device) and
-are read every `every` steps. Gradient resets are tracked by identity and version counter of
+are read with the probe's other queued values every `every` steps. Gradient resets are tracked by identity and version counter of
 the `.grad` tensors (weak references, no reads of their values).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import RobustLevel, host_read, stack_scalars
+from loopcheck.probe.stats import RobustLevel
 
 _TOP = 3  # layers named in a spike / vanishing finding
 _TRACKED = 8  # parameters per optimizer whose .grad resets are followed (LP403)
@@ -28,26 +28,24 @@ class GradNormDetector(Detector):
         super().__init__(probe)
         c = self.config
         self._levels: dict[int, RobustLevel] = defaultdict(lambda: RobustLevel(c.window, c.warmup, c.spike_z, c.spike_ratio))
-        self._pending: list[tuple[int, int, list[torch.Tensor], list[int]]] = []
+        self._pending: list[tuple[int, int, slice, list[int]]] = []  # (step, optimizer, read, positions)
         self._low_total: dict[int, int] = defaultdict(int)
         self._low_module: dict[tuple[int, str], int] = defaultdict(int)
         self._totals: list[float] = []
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
-        norms, positions = self.probe.grad_norms(index)
-        if norms:
-            self._pending.append((self.probe.step + 1, index, norms, positions))
+        norms = self.probe.grad_norms(index)
+        if norms.values:
+            self._pending.append((self.probe.step + 1, index, norms.read, norms.positions))
 
     def on_sample(self, step: int, final: bool) -> None:
         pending, self._pending = self._pending, []
         self._totals = []
         if not pending:
             return
-        flat = host_read(stack_scalars([n for _, _, step_norms, _ in pending for n in step_norms])).double().tolist()
-        offset = 0
-        for at, index, step_norms, positions in pending:
-            norms = flat[offset:offset + len(step_norms)]
-            offset += len(step_norms)
+        host = self.probe.readings.host()
+        for at, index, read, positions in pending:
+            norms = host[read]
             if not all(math.isfinite(n) for n in norms):
                 continue  # the non-finite detector owns these steps
             total = math.sqrt(sum(n * n for n in norms))

@@ -1,7 +1,8 @@
 """LP501: a loss far above its recent robust level (rolling median / MAD on a log scale).
 
 The per-step loss is what `backward()` was called on (summed over accumulation micro-batches,
-unscaled under a GradScaler), kept on the device and read every `every` steps.
+unscaled under a GradScaler), kept on the device and read with the probe's other queued values
+every `every` steps.
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
-import torch
-
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import RobustLevel, host_read
+from loopcheck.probe.stats import RobustLevel
 
 
 class LossSpikeDetector(Detector):
@@ -23,23 +22,22 @@ class LossSpikeDetector(Detector):
         super().__init__(probe)
         c = self.config
         self._levels: dict[int, RobustLevel] = defaultdict(lambda: RobustLevel(c.window, c.warmup, c.spike_z, c.spike_ratio))
-        self._pending: list[tuple[int, int, torch.Tensor]] = []
+        self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._values: list[float] = []
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
-        loss = self.probe.step_loss.get(index)
-        if loss is not None:
-            self._pending.append((self.probe.step + 1, index, loss))
+        read = self.probe.loss_read.get(index)
+        if read is not None:
+            self._pending.append((self.probe.step + 1, index, read))
 
     def on_sample(self, step: int, final: bool) -> None:
         pending, self._pending = self._pending, []
         self._values = []
         if not pending:
             return
-        with torch.no_grad():
-            stacked = torch.stack([loss.float().to(pending[0][2].device) for _, _, loss in pending])
-        values = host_read(stacked).double().tolist()
-        for (at, index, _), value in zip(pending, values):
+        host = self.probe.readings.host()
+        for at, index, read in pending:
+            (value,) = host[read]
             if not math.isfinite(value):
                 continue  # LP105 is the non-finite detector's
             if index == 0:

@@ -3,20 +3,22 @@
 The cheap path, every step and without a host sync: the input batch and the output of each
 module that needs it are reduced to one number whose finiteness is that of the whole tensor;
 torch's dense layers and normalisations are not reduced but judged by their parameters, whose
-per-tensor norms are taken once per step (see `loopcheck.probe.layers`); with `backward_hooks`, a
-tensor hook on each output does the same for its gradient. At the optimizer step these numbers,
-the loss and the per-parameter gradient norms are stacked into one vector on the device. Every
-`every` steps the vectors are checked and read at once; only when one holds a non-finite value
-does the detector walk it, in execution order, to name the module (forward), the module whose
-gradient became non-finite (backward) or the loss. GradScaler skips are normal overflow handling:
+largest magnitudes are taken once per step in one fused call (see `loopcheck.probe.layers`); with
+`backward_hooks`, a tensor hook on each output does the same for its gradient. At the optimizer
+step these numbers join the probe's queue of device values (`Probe.readings`), next to the loss
+and the per-parameter gradient norms the probe queued already. Every `every` steps the queue is
+read in one go; only when a step's values hold a non-finite one does the detector walk them, in
+execution order, to name the module (forward), the module whose gradient became non-finite
+(backward) or the loss. GradScaler skips are normal overflow handling:
 their records are dropped, and only a persistent run of skips is reported.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -24,7 +26,7 @@ from torch import nn
 
 from loopcheck.probe import layers
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import finite_probe_value, float_tensors, fused_norms, host_read, stack_scalars
+from loopcheck.probe.stats import finite_probe_value, float_tensors, max_abs
 
 _FOLD_AT = 4096  # forward records kept before they are folded into a block (long eval loops)
 
@@ -32,21 +34,38 @@ _FOLD_AT = 4096  # forward records kept before they are folded into a block (lon
 # layer ran (judged by its parameters); PASSED that a module returned such a layer's output unchanged.
 _OUTPUT, _INPUT, _COVERED, _PASSED = 0, 1, 2, 3
 _REDUCED = (_OUTPUT, _INPUT)
+# float16 overflows easily: a dense layer's float16 output is reduced, not trusted
+_TRUSTED_DTYPES = frozenset((torch.float32, torch.float64, torch.bfloat16))
+
+
+@dataclass
+class _Group:
+    """A dense group (see `loopcheck.probe.layers`) and the hooks that watch it right now."""
+
+    index: int  # module index of the Sequential
+    module: nn.Module
+    members: list[int]  # module indices of its covered layers, in execution order
+    norms: list[nn.Module]  # its layers that may normalise with running statistics
+    last_covered: bool  # its output is its last covered layer's output
+    whole: bool = False  # one hook on the group (True) or one on each covered layer (False)
+    split: bool = False  # seen where it cannot be trusted as a whole: keep the layers' own hooks
+    handles: list[Any] = field(default_factory=list)
 
 
 @dataclass
 class _Block:
-    """One step's records; `values` holds, in this order: the reduced forward records, the loss,
-    the output-gradient records, the norms of the dense layers' parameters, the gradient norms."""
+    """One step's records; `reads` are the slices of `Probe.readings` that hold, in this order: the
+    reduced forward records, the loss, the output-gradient records, the largest magnitudes of the
+    dense layers' parameters, the gradient norms."""
 
     step: int
     opt: int | None
-    values: torch.Tensor  # on the device
+    reads: list[slice]
     kinds: list[int]  # kind of each forward record
     forward: list[int]  # module index of each forward record, in completion order
     loss: bool
     backward: list[int]  # module index of each output-gradient record, in backward order
-    state: list[tuple[int, torch.Tensor]]  # (module index, parameter) of each parameter norm
+    state: list[tuple[int, torch.Tensor]]  # (module index, parameter) of each parameter check
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
 
 
@@ -73,21 +92,117 @@ class NonFiniteDetector(Detector):
         self._last: Callable[[], torch.Tensor | None] = _dead
         self._last_version = 0
         self._last_reduced = False
+        self._groups: list[_Group] = []
+        self._replan = False  # a train()/eval() call may have changed which groups are trusted whole
 
     def attach(self) -> None:
         if not self.config.localize:
             return
-        hooks = self.probe.hooks
-        roots = {id(m) for m in self.probe.models}
-        for root in self.probe.models:
-            index = self.probe.module_index[id(root)]
+        probe = self.probe
+        hooks = probe.hooks
+        roots = {id(m) for m in probe.models}
+        for root in probe.models:
+            index = probe.module_index[id(root)]
             hooks.enter_context(root.register_forward_pre_hook(self._input_hook(index)))
-        for index, (_, module) in enumerate(self.probe.modules):
+        grouped = self._find_groups(roots)
+        for index, (_, module) in enumerate(probe.modules):
             root = id(module) in roots
-            if not root and (layers.is_safe(module) or layers.is_pass_through(module)):
+            if not root and (index in grouped or layers.is_safe(module) or layers.is_pass_through(module)):
                 continue
             covered = not root and layers.is_covered(module)
             hooks.enter_context(module.register_forward_hook(self._forward_hook(index, module, root, covered)))
+        if self._groups:
+            hooks.callback(self._unhook_groups)
+            for group in self._groups:
+                self._plan(group)
+
+    # Dense groups: one hook for a Sequential of dense layers while it can be trusted whole -----
+    def _find_groups(self, roots: set[int]) -> set[int]:
+        """Collect the outermost dense groups; return the module indices of their covered layers."""
+        if self.config.backward_hooks:
+            return set()  # every layer output needs its own gradient hook
+        probe = self.probe
+        parents: dict[int, int] = {}
+        for _, module in probe.modules:
+            for child in module._modules.values():
+                if child is not None:
+                    parents[id(child)] = parents.get(id(child), 0) + 1
+        grouped: set[int] = set()
+        for index, (_, module) in enumerate(probe.modules):
+            if id(module) in roots or index in grouped:
+                continue
+            members = layers.dense_group(module)
+            if not members:
+                continue
+            inside = list(module.modules())[1:]
+            if any(parents.get(id(m), 0) != 1 for m in inside):
+                continue  # a layer also used elsewhere must report every call of its own
+            last = module
+            while layers.is_pass_through(last):
+                last = last[-1]
+            group = _Group(index, module, [probe.module_index[id(m)] for m in members],
+                           [m for m in members if isinstance(m, layers.RUNNING_STATS)], layers.is_covered(last))
+            self._groups.append(group)
+            grouped.update(probe.module_index[id(m)] for m in inside)
+        return {i for group in self._groups for i in group.members}
+
+    def _plan(self, group: _Group) -> None:
+        """Hook the group whole or its layers one by one, whichever it needs now."""
+        whole = not group.split and not any(layers.uses_running_stats(m) for m in group.norms)
+        if whole == group.whole and group.handles:
+            return
+        self._unhook(group)
+        group.whole = whole
+        if whole:
+            group.handles.append(group.module.register_forward_hook(self._group_hook(group)))
+        else:
+            modules = self.probe.modules
+            for index in group.members:
+                module = modules[index][1]
+                group.handles.append(module.register_forward_hook(self._forward_hook(index, module, False, True)))
+
+    def _unhook(self, group: _Group) -> None:
+        for handle in group.handles:
+            handle.remove()
+        group.handles = []
+
+    def _unhook_groups(self) -> None:
+        for group in self._groups:
+            self._unhook(group)
+
+    def on_mode_change(self, module: nn.Module) -> None:
+        if self._groups:
+            self._replan = True
+
+    def _group_hook(self, group: _Group) -> Callable[..., None]:
+        ran = self._ran
+        members = group.members
+        norms = group.norms
+
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if not (self.enabled and self.probe.live):
+                return
+            try:
+                if (self._depth > 0 and type(output) is torch.Tensor and output.dtype in _TRUSTED_DTYPES
+                        and not (norms and any(layers.uses_running_stats(m) for m in norms))):
+                    for index in members:
+                        ran[index] = None
+                        self._note(index, _COVERED)
+                    self._last = weakref.ref(output) if group.last_covered else _dead
+                    self._last_version = -1 if output.is_inference() else output._version
+                    self._last_reduced = False
+                    return
+                # This call is judged by the group's output; from now on each layer reports itself.
+                group.split = self._depth == 0 or not (type(output) is torch.Tensor
+                                                        and output.dtype in _TRUSTED_DTYPES)
+                self._plan(group)
+                for t in float_tensors(output):
+                    self._record_forward(t, group.index, _OUTPUT)
+                    self._last, self._last_reduced = weakref.ref(t), True
+                    self._last_version = -1 if t.is_inference() else t._version
+            except Exception as err:
+                self.probe._fail(self, err)
+        return hook
 
     # Recording (per forward / backward, no sync) --------------------------------------------
     def _input_hook(self, index: int) -> Callable[..., None]:
@@ -97,6 +212,10 @@ class NonFiniteDetector(Detector):
             self._depth += 1
             self._last = _dead  # a new forward pass: nothing before it is a child's output
             try:
+                if self._replan:
+                    self._replan = False
+                    for group in self._groups:
+                        self._plan(group)
                 for t in float_tensors(args):
                     self._record_forward(t, index, _INPUT)
             except Exception as err:
@@ -115,6 +234,14 @@ class NonFiniteDetector(Detector):
                 if root:
                     self._depth = max(self._depth - 1, 0)
                 trusted = covered and self._depth > 0 and not (stats and layers.uses_running_stats(module))
+                if (trusted and grad_hook is None and type(output) is torch.Tensor
+                        and output.dtype in _TRUSTED_DTYPES):
+                    # the common case, kept short: a dense layer inside the model's forward
+                    ran[index] = None
+                    self._note(index, _COVERED)
+                    self._last, self._last_reduced = weakref.ref(output), False
+                    self._last_version = -1 if output.is_inference() else output._version
+                    return
                 for t in float_tensors(output):
                     version = -1 if t.is_inference() else t._version  # inference tensors have no counter
                     if trusted and t.dtype is not torch.float16:  # float16 overflows: reduce it
@@ -172,24 +299,32 @@ class NonFiniteDetector(Detector):
 
     def _fold(self, opt: int | None) -> _Block | None:
         """Turn the pending records (and, at a step, the loss and gradient norms) into a block."""
-        scalars = self._fwd
-        loss = self.probe.step_loss.get(opt) if opt is not None else None
+        probe = self.probe
+        readings = probe.readings
+        reads = []
+        if self._fwd:
+            reads.append(readings.add(self._fwd))
+        loss = probe.loss_read.get(opt) if opt is not None else None
         if loss is not None:
-            scalars = scalars + [loss.float().reshape(())]
-        scalars = scalars + self._bwd
+            reads.append(loss)
         state: list[tuple[int, torch.Tensor]] = []
         if self._ran:
-            modules = self.probe.modules
-            state = [(i, p) for i in self._ran for p in modules[i][1]._parameters.values() if p is not None]
-            if state:
-                # accumulated in float64: finite exactly when every value is
-                scalars = scalars + fused_norms([p for _, p in state], torch.float64)
-        norms, positions = self.probe.grad_norms(opt) if opt is not None else ([], [])
-        scalars = scalars + norms
+            modules = probe.modules
+            state = [(i, p) for i in self._ran for p in modules[i][1]._parameters.values()
+                     if p is not None and p.numel()]
+        rest = self._bwd + max_abs([p for _, p in state]) if state else self._bwd
+        if rest:
+            reads.append(readings.add(rest))
+        positions: list[int] = []
+        if opt is not None:
+            norms = probe.grad_norms(opt)
+            if norms.values:
+                reads.append(norms.read)
+                positions = norms.positions
         block = None
-        if scalars:
-            block = _Block(self.probe.step + (1 if opt is not None else 0), opt, stack_scalars(scalars),
-                           self._fwd_kind, self._fwd_idx, loss is not None, self._bwd_idx, state, positions)
+        if reads:
+            block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._fwd_kind,
+                           self._fwd_idx, loss is not None, self._bwd_idx, state, positions)
         self._clear()
         return block
 
@@ -229,7 +364,7 @@ class NonFiniteDetector(Detector):
         note = (f"the GradScaler skipped {self._streak} steps in a row ({skipped} of the last "
                 f"{len(self._recent)}): not occasional overflow but a persistent non-finite value")
         block = self._fold(index)
-        if block is not None and not self._localise(block, _flags([block]), note):
+        if block is not None and not self._localise(block, _flags(self.probe.readings.host(), block), note):
             block = None
         if block is None:
             self.report("LP104", f"{note}; training makes no progress while every step is skipped")
@@ -242,17 +377,11 @@ class NonFiniteDetector(Detector):
         blocks, self._blocks = self._blocks, []
         if not blocks:
             return
-        finite = _finite(blocks)
-        if bool(host_read(finite.all())):
-            return
-        flags = host_read(finite).tolist()
-        offset = 0
+        host = self.probe.readings.host()
         for block in blocks:
-            n = block.values.numel()
-            part = flags[offset:offset + n]
-            offset += n
-            if all(part):
+            if all(all(map(math.isfinite, host[read])) for read in block.reads):
                 continue
+            part = _flags(host, block)
             if self._incident is not None:
                 # Once a value went non-finite every later step usually does too: count them
                 # under the first incident instead of naming the consequences.
@@ -426,24 +555,10 @@ class NonFiniteDetector(Detector):
         return [(name, owner) for _, name, owner in bad]
 
 
-def _same_device(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    device = tensors[0].device
-    if all(t.device == device for t in tensors):
-        return tensors
-    return [t.to(device, non_blocking=True) for t in tensors]
-
-
 def _dead() -> None:
     return None
 
 
-def _finite(blocks: list[_Block]) -> torch.Tensor:
-    """One boolean vector for all the blocks' records, on the device (no sync)."""
-    with torch.no_grad():
-        if len(blocks) == 1:
-            return torch.isfinite(blocks[0].values)
-        return torch.isfinite(torch.cat(_same_device([block.values for block in blocks])))
-
-
-def _flags(blocks: list[_Block]) -> list[bool]:
-    return host_read(_finite(blocks)).tolist()
+def _flags(host: list[float], block: _Block) -> list[bool]:
+    """The finiteness of each of the block's values, in block order."""
+    return [math.isfinite(x) for read in block.reads for x in host[read]]
