@@ -624,6 +624,23 @@ class _Unit:
         return None
 
 
+_CALLED = re.compile(r"(?<![\w.])(?<!def )(?<!class )([A-Za-z_]\w*)\s*\(")  # `name(`, not `obj.name(` or `def name(`
+_SELF_CALL = re.compile(r"(?:self|cls|super\(\))\.([A-Za-z_]\w*)\s*\(")
+
+
+def _self_called(source: str) -> set[str]:
+    """Names called as `self.name(`, `cls.name(` or `super().name(`. The word boundary before
+    `self`/`cls` is checked by hand: a leading `\\b` makes the regex engine try every position."""
+    found: set[str] = set()
+    for match in _SELF_CALL.finditer(source):
+        start = match.start()
+        before = source[start - 1] if start else " "
+        if not source.startswith("super", start) and (before.isalnum() or before == "_"):
+            continue  # `myself.name(`: not `self`
+        found.add(match.group(1))
+    return found
+
+
 def _walk_statements(stmt: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Statements nested in compound statements (not into functions or classes)."""
     stack = [stmt]
@@ -2025,8 +2042,8 @@ class _Builder:
 
         unit = self.main
         source = source_of(unit.module)
-        called = set(re.findall(r"(?<![\w.])(?<!def )(?<!class )([A-Za-z_]\w*)\s*\(", source))
-        self_called = set(re.findall(r"(?:\bself|\bcls|super\(\))\.([A-Za-z_]\w*)\s*\(", source))
+        called = set(_CALLED.findall(source))
+        self_called = _self_called(source)
         frame = _Frame(unit, name="<module>")
         self.walk_body([s for s in unit.top_level], frame)
         for name, fdef in unit.functions.items():

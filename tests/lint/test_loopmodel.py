@@ -637,3 +637,10 @@ def test_ema_helper_and_requires_grad_freezing() -> None:
     assert m.role("ema") is Role.EMA
     evals = [e for e in m.events if e.kind is K.EVAL_MODE]
     assert [(e.target, e.detail["frozen"]) for e in evals] == [("model.backbone", True)]
+
+
+def test_self_calls_are_found_by_whole_word() -> None:
+    from loopcheck.lint.loopmodel import _self_called
+
+    source = "myself.a() self.b() (self.c ()) xcls.d() cls.e() super().f() _self.g() éself.h()\n"
+    assert _self_called(source) == {"b", "c", "e", "f"}
