@@ -29,6 +29,16 @@ if TYPE_CHECKING:
 _KEEP = 16  # position tables kept (files of one inlined call chain)
 
 
+def line_starts(text: str) -> list[int]:
+    """The offset of the start of each line of `text` (the first is 0)."""
+    starts = [0]
+    index = text.find("\n")
+    while index != -1:
+        starts.append(index + 1)
+        index = text.find("\n", index + 1)
+    return starts
+
+
 class _Recorder:
     """The context manager `record_syntactic_position` returns (cheaper than a generator)."""
 
@@ -101,12 +111,7 @@ class PositionTable:
         self._outer: dict[int, tuple[int, int]] | None = None
         self._offsets = list(accumulate((len(t) for t in state.tokens), initial=0))
         code = self.code = "".join(state.tokens)
-        starts = [0]
-        index = code.find("\n")
-        while index != -1:
-            starts.append(index + 1)
-            index = code.find("\n", index + 1)
-        self._line_starts = starts
+        self._line_starts = line_starts(code)
 
     def body_offset(self, index: int) -> int:
         """Offset in the code of the start of top-level statement `index` of the module (of
@@ -419,13 +424,7 @@ class StatementPositions:
     def _starts(self) -> list[int]:
         starts = self._line_starts
         if starts is None:
-            source = self.source
-            starts = [0]
-            index = source.find("\n")
-            while index != -1:
-                starts.append(index + 1)
-                index = source.find("\n", index + 1)
-            self._line_starts = starts
+            starts = self._line_starts = line_starts(self.source)
         return starts
 
     # -- the matching ast statement --------------------------------------------------------

@@ -20,6 +20,7 @@ from libcst.metadata import MetadataWrapper, ScopeProvider
 
 from loopcheck.findings import Finding
 from loopcheck.lint.fixes.edits import Edit, edits_between, edits_replacing
+from loopcheck.lint.positions import line_starts
 from loopcheck.lint.syntax import child_nodes
 
 if TYPE_CHECKING:
@@ -89,13 +90,7 @@ class SourceIndex:
 
     @cached_property
     def _line_starts(self) -> list[int]:
-        source = self.ctx.source
-        starts = [0]
-        index = source.find("\n")
-        while index != -1:
-            starts.append(index + 1)
-            index = source.find("\n", index + 1)
-        return starts
+        return line_starts(self.ctx.source)
 
     def edits(self, fixed: cst.Module) -> list[Edit]:
         """The text edits turning the source into `fixed` (a module made from this one by

@@ -12,6 +12,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
+from loopcheck.lint.positions import line_starts
+
 
 @dataclass(frozen=True)
 class Edit:
@@ -38,15 +40,6 @@ _LINE = re.compile(r"[^\n]*\n|[^\n]+$")
 
 def _lines(text: str) -> list[str]:
     return _LINE.findall(text)
-
-
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    index = text.find("\n")
-    while index != -1:
-        starts.append(index + 1)
-        index = text.find("\n", index + 1)
-    return starts
 
 
 def _position(starts: list[int], offset: int) -> tuple[int, int]:
@@ -99,7 +92,7 @@ def _hunks(old: str, a: list[str], b: list[str], line0: int) -> list[Edit]:
     a_starts = [0]
     for line in a:
         a_starts.append(a_starts[-1] + len(line))
-    starts = _line_starts(old)
+    starts = line_starts(old)
     # A fix touches a few lines of a possibly huge file: match the unchanged head and tail
     # directly and give only the middle to difflib, whose cost grows with the square of it.
     lo = _head(a, b)
@@ -129,7 +122,7 @@ def _hunks(old: str, a: list[str], b: list[str], line0: int) -> list[Edit]:
 
 def apply_edits(source: str, edits: Sequence[Edit]) -> str:
     """Apply non-overlapping edits of `source` (in any order)."""
-    starts = _line_starts(source)
+    starts = line_starts(source)
     spans = sorted(
         ((_offset(starts, e.line, e.column), _offset(starts, e.end_line, e.end_column), e.content) for e in edits),
         reverse=True,
@@ -141,5 +134,5 @@ def apply_edits(source: str, edits: Sequence[Edit]) -> str:
 
 
 def edit_offsets(source: str, edits: Sequence[Edit]) -> list[tuple[int, int]]:
-    starts = _line_starts(source)
+    starts = line_starts(source)
     return [(_offset(starts, e.line, e.column), _offset(starts, e.end_line, e.end_column)) for e in edits]
