@@ -7,6 +7,7 @@ more; the loop model, the rules and the fixes walk trees through these functions
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import cache
 from operator import attrgetter
 from typing import Any, Callable, Iterator, NamedTuple
@@ -152,6 +153,7 @@ def module_walk(module: cst.Module) -> ModuleWalk:
     """The walk of `module` (one per module, kept for the few most recent modules)."""
     found = _WALKS.get(id(module))
     if found is not None and found[0] is module:
+        _WALKS.move_to_end(id(module))
         return found[1]
     nodes: list[cst.CSTNode] = []
     parents: dict[int, cst.CSTNode] = {}
@@ -177,9 +179,9 @@ def module_walk(module: cst.Module) -> ModuleWalk:
                 parents[id(child)] = node
             stack.extend(children[::-1])
     result = ModuleWalk(nodes, parents, order, kids, closed)
-    if len(_WALKS) > 16:
-        _WALKS.clear()
     _WALKS[id(module)] = (module, result)
+    while len(_WALKS) > 16:
+        _WALKS.popitem(last=False)
     return result
 
 
@@ -189,4 +191,4 @@ def module_nodes(module: cst.Module) -> tuple[list[cst.CSTNode], dict[int, cst.C
     return found.nodes, found.parents
 
 
-_WALKS: dict[int, tuple[cst.Module, ModuleWalk]] = {}
+_WALKS: "OrderedDict[int, tuple[cst.Module, ModuleWalk]]" = OrderedDict()
