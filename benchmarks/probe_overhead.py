@@ -7,12 +7,20 @@ A block is as long as the probe's sampling interval, so every probed block inclu
 of the device statistics. Wall-clock time is the measure; the process CPU time ratio is printed
 too, because on a shared machine it is less disturbed by other processes.
 
-    python benchmarks/probe_overhead.py [--blocks 30] [--steps 20] [--threads 1]
+glibc's malloc returns the activation memory to the system after each step and faults it in again
+at the next (thousands of page faults per step, on both sides), which moves the ratio by a few
+points between runs. Unless `--system-malloc` is given, the benchmark fixes glibc's mmap and trim
+thresholds first, so freed activations stay in the heap; both variants run under the same setting.
+
+    python benchmarks/probe_overhead.py [--blocks 30] [--steps 20] [--threads 1] [--system-malloc]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
+import resource
 import statistics
 import time
 import warnings
@@ -38,6 +46,27 @@ class SmallCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+# mallopt() parameters (malloc.h); 32 MiB is the largest mmap threshold glibc accepts on 64-bit
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD = 32 * 1024 * 1024
+_TRIM_THRESHOLD = 1024 * 1024 * 1024
+
+
+def fix_malloc_thresholds() -> str:
+    """Keep freed memory in glibc's heap (fixed mmap / trim thresholds); say what the run uses."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        libc.gnu_get_libc_version.restype = ctypes.c_char_p
+        version = libc.gnu_get_libc_version().decode()
+    except (OSError, AttributeError, TypeError):
+        return "the system's malloc (not glibc: thresholds left alone)"
+    if not (libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)):
+        return f"glibc {version} malloc (mallopt refused the thresholds: left alone)"
+    return (f"glibc {version} malloc, fixed thresholds: mmap {_MMAP_THRESHOLD >> 20} MiB, "
+            f"trim {_TRIM_THRESHOLD >> 20} MiB")
+
+
 def run_block(model, opt, sched, data, steps: int) -> tuple[float, float]:
     start, cpu = time.perf_counter(), time.process_time()
     for i in range(steps):
@@ -56,7 +85,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="steps per block (default: the probe's `every`)")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="leave glibc's malloc thresholds at their (adaptive) defaults")
     args = parser.parse_args()
+    malloc = "the system's malloc, default thresholds" if args.system_malloc else fix_malloc_thresholds()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = SmallCNN()
@@ -75,6 +107,7 @@ def main() -> None:
         assert not probe.findings, probe.findings
         return elapsed
 
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for k in range(args.blocks):
         # ABBA order: a slow drift of the shared machine affects both variants alike
         if k % 2:
@@ -86,6 +119,8 @@ def main() -> None:
         if k % 4 == 0:
             with torch.autograd.detect_anomaly():
                 anomaly.append((run_block(model, opt, sched, data, args.steps), bare[-1]))
+    steps_run = (len(bare) + len(probed) + len(anomaly)) * args.steps
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps_run
     ratio = statistics.median(p[0] / b[0] for p, b in zip(probed, bare))
     ratio_cpu = statistics.median(p[1] / b[1] for p, b in zip(probed, bare))
     ratio_anomaly = statistics.median(a[0] / b[0] for a, b in anomaly)
@@ -93,6 +128,7 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     print(f"small CNN ({params:,} parameters), batch {args.batch}, {args.threads} thread(s), "
           f"{args.blocks} x {args.steps} steps per variant; bare step {step_ms:.2f} ms")
+    print(f"memory: {malloc}; {faults:,.0f} minor page faults per step")
     print(f"probe overhead (median probed/bare): {ratio:.3f}x")
     print(f"  same, process CPU time:            {ratio_cpu:.3f}x")
     print(f"detect_anomaly overhead, for scale:  {ratio_anomaly:.3f}x")

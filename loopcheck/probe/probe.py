@@ -34,8 +34,9 @@ from loopcheck.probe.stats import Readings, fused_norms
 _LOCK = threading.Lock()
 _ACTIVE: "Probe | None" = None
 _ON_FINDING = ("warn", "raise", "ignore")
+# Dispatched to every detector that overrides them; `after_backward` only to those that ask for it.
 _HOOKS = (
-    "on_forward_pre", "on_forward", "on_backward", "after_backward", "on_zero_grad", "on_step_pre",
+    "on_forward_pre", "on_forward", "on_backward", "on_zero_grad", "on_step_pre",
     "on_step", "on_step_skipped", "on_scheduler_step", "on_mode_change", "on_sample", "on_close",
 )
 
@@ -114,7 +115,7 @@ class Probe:
         self.detectors: list[Detector] = [
             cls(self) for cls in classes if not cls.codes or any(self.config.wants(c) for c in cls.codes)
         ]
-        self._calls: dict[str, list[tuple[Detector, Callable[..., Any]]]] = {}
+        self._calls: dict[str, tuple[tuple[Detector, Callable[..., Any]], ...]] = {}
         self._rebuild_calls()
 
     # Names ------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ class Probe:
     def _forward_pre_hook(self, i: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any) -> None:
             if self.live:
-                self._dispatch("on_forward_pre", i, module)
+                self._dispatch("on_forward_pre", i, module, args)
         return hook
 
     def _forward_hook(self, i: int) -> Callable[..., None]:
@@ -266,10 +267,11 @@ class Probe:
             if not probe.live:
                 return original(tensor, *args, **kwargs)
             probe._record_loss(tensor)
-            probe._dispatch("on_backward", tensor)
+            after = probe._dispatch_backward(tensor)
             result = original(tensor, *args, **kwargs)
-            if probe.live:
-                probe._dispatch("after_backward", tensor)
+            if after is not None and probe.live:
+                for det in after:
+                    probe._guard(det, det.after_backward, tensor)
             return result
         return backward
 
@@ -286,7 +288,9 @@ class Probe:
             value = scaled[1]
             self._scaled = None
         else:
-            value = tensor.detach().reshape(())
+            value = tensor.detach()
+            if value.dim():
+                value = value.reshape(())
         if value is not None:
             self._pending_losses.append(value)
 
@@ -423,9 +427,10 @@ class Probe:
             if not det.enabled:
                 continue
             for name in _HOOKS:
-                if getattr(type(det), name) is not getattr(Detector, name):
+                if getattr(type(det), name) is not getattr(Detector, name) and name not in det.idle:
                     calls[name].append((det, getattr(det, name)))
-        self._calls = calls
+        # A new mapping, not an update: a dispatch running now keeps the tuple it started with.
+        self._calls = {name: tuple(pairs) for name, pairs in calls.items()}
 
     def _dispatch(self, event: str, *args: Any) -> None:
         for det, fn in self._calls[event]:
@@ -435,6 +440,22 @@ class Probe:
                 raise
             except Exception as err:
                 self._fail(det, err)
+
+    def _dispatch_backward(self, tensor: torch.Tensor) -> list[Detector] | None:
+        """`on_backward` to its listeners; return those that asked for `after_backward` this time."""
+        after = None
+        for det, fn in self._calls["on_backward"]:
+            try:
+                if fn(tensor):
+                    if after is None:
+                        after = [det]
+                    else:
+                        after.append(det)
+            except ProbeError:
+                raise
+            except Exception as err:
+                self._fail(det, err)
+        return after
 
     def _guard(self, det: Detector, fn: Callable[..., Any], *args: Any) -> Any:
         if not det.enabled:

@@ -1,8 +1,9 @@
 """The Detector base: hook methods that do nothing; a detector overrides what it needs.
 
-The Probe calls a hook method only on detectors that override it, so an unused hook point
-costs nothing. A detector keeps its own state and reports through `self.report(...)`; an
-exception raised inside any of its methods switches it off (the Probe reports that once).
+The Probe calls a hook method only on detectors that override it (and do not list it in
+`idle`), so an unused hook point costs nothing. A detector keeps its own state and reports
+through `self.report(...)`; an exception raised inside any of its methods switches it off (the
+Probe reports that once).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class Detector:
     """One family of runtime checks. Subclasses set `codes` and override hook methods."""
 
     codes: tuple[str, ...] = ()
+    # Hook methods this instance overrides but does not need with its configuration.
+    idle: frozenset[str] = frozenset()
 
     def __init__(self, probe: "Probe") -> None:
         self.probe = probe
@@ -42,17 +45,17 @@ class Detector:
         return {}
 
     # Hook points ------------------------------------------------------------------------
-    def on_forward_pre(self, root: int, module: "nn.Module") -> None:
-        """A model passed to the probe starts a forward pass."""
+    def on_forward_pre(self, root: int, module: "nn.Module", args: tuple[Any, ...]) -> None:
+        """A model passed to the probe starts a forward pass on the positional inputs `args`."""
 
     def on_forward(self, root: int, module: "nn.Module", output: Any) -> None:
         """A model passed to the probe finished a forward pass."""
 
-    def on_backward(self, tensor: "torch.Tensor") -> None:
-        """`tensor.backward()` is about to run."""
+    def on_backward(self, tensor: "torch.Tensor") -> bool | None:
+        """`tensor.backward()` is about to run; return True to get `after_backward` when it returns."""
 
     def after_backward(self, tensor: "torch.Tensor") -> None:
-        """`tensor.backward()` returned."""
+        """`tensor.backward()` returned (only when this detector's `on_backward` asked for it)."""
 
     def on_zero_grad(self, params: list["torch.nn.Parameter"]) -> None:
         """zero_grad() of an optimizer or a model reset the gradients of `params`."""

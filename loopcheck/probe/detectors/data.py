@@ -29,7 +29,7 @@ class DataStallDetector(Detector):
         self._shares: deque[float] = deque(maxlen=self.config.stall_window)
         self._interval: list[tuple[float, float]] = []
 
-    def on_forward_pre(self, root: int, module: Any) -> None:
+    def on_forward_pre(self, root: int, module: Any, args: tuple[Any, ...]) -> None:
         if not torch.is_grad_enabled():
             self._eval = True
         elif self._wait is None and self._end is not None:

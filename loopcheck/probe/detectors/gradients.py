@@ -136,19 +136,19 @@ class GradResetDetector(Detector):
         self._at_risk: dict[int, int] = {}  # id(param) -> optimizer index
 
     def on_step(self, index: int, optimizer: Any) -> None:
-        for p in self._sample(index):
-            g = p.grad
-            self._tracked[id(p)] = (p, weakref.ref(g), g._version)
-            self._at_risk.pop(id(p), None)
-
-    def _sample(self, index: int) -> list[torch.Tensor]:
-        chosen = []
+        """Follow the first `_TRACKED` dense gradients of this optimizer from now on."""
+        tracked, at_risk = self._tracked, self._at_risk
+        chosen = 0
         for p in self.probe.opt_params[index]:
-            if p.grad is not None and not p.grad.is_sparse:
-                chosen.append(p)
-                if len(chosen) == _TRACKED:
-                    break
-        return chosen
+            g = p.grad
+            if g is None or g.is_sparse:
+                continue
+            tracked[id(p)] = (p, weakref.ref(g), g._version)
+            if at_risk:
+                at_risk.pop(id(p), None)
+            chosen += 1
+            if chosen == _TRACKED:
+                break
 
     def on_zero_grad(self, params: list[torch.Tensor]) -> None:
         if not self._tracked:
@@ -157,9 +157,9 @@ class GradResetDetector(Detector):
             if self._tracked.pop(id(p), None) is not None:
                 self._at_risk.pop(id(p), None)
 
-    def on_backward(self, tensor: torch.Tensor) -> None:
+    def on_backward(self, tensor: torch.Tensor) -> bool:
         if not self._tracked:
-            return
+            return False
         for key, (p, ref, version) in list(self._tracked.items()):
             g = p.grad
             if g is None or ref() is not g or g._version != version:
@@ -167,6 +167,7 @@ class GradResetDetector(Detector):
                 self._at_risk.pop(key, None)
             else:
                 self._at_risk[key] = 1
+        return bool(self._at_risk)  # their versions move with this backward: follow them after it
 
     def after_backward(self, tensor: torch.Tensor) -> None:
         for key in self._at_risk:

@@ -50,7 +50,7 @@ class RetainedGraphDetector(Detector):
         marker = _Marker(self.probe.step)
         marked = 0
         frontier = [node]
-        for _ in range(_DEPTH):
+        for depth in range(_DEPTH, 0, -1):
             below = []
             for n in frontier:
                 if marked >= _MAX_NODES:
@@ -61,7 +61,8 @@ class RetainedGraphDetector(Detector):
                 if _KEY not in meta:
                     meta[_KEY] = marker
                     marked += 1
-                below.extend(child for child, _ in n.next_functions if child is not None)
+                if depth > 1:  # the last level's children are not marked: do not list them
+                    below.extend(child for child, _ in n.next_functions if child is not None)
             frontier = below
         if marked:
             self._live.append((self.probe.step, weakref.ref(marker)))

@@ -87,7 +87,7 @@ class ModeDetector(Detector):
     def on_sample(self, step: int, final: bool) -> None:
         self._states.clear()  # requires_grad may have changed (unfreezing)
 
-    def on_forward_pre(self, root: int, module: nn.Module) -> None:
+    def on_forward_pre(self, root: int, module: nn.Module, args: tuple[Any, ...]) -> None:
         if torch.is_grad_enabled():
             self._trained.add(root)
             self._no_grad_run[root] = 0
@@ -114,6 +114,8 @@ class ModeDetector(Detector):
         for i in roots:
             self._no_grad_run[i] = 0
             state = self._state(i)
+            if (state.root_training or not state.dependent) and not state.eval_subtrees:
+                continue
             name = self.probe.root_names[i] or type(self.probe.models[i]).__name__
             if not state.root_training and state.dependent:
                 layers = ", ".join(state.dependent[:3])

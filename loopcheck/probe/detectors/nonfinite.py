@@ -94,6 +94,9 @@ class NonFiniteDetector(Detector):
         self._last_reduced = False
         self._groups: list[_Group] = []
         self._replan = False  # a train()/eval() call may have changed which groups are trusted whole
+        self._root_index = [probe.module_index[id(m)] for m in probe.models]
+        if not self.config.localize:
+            self.idle = frozenset(("on_forward_pre",))
 
     def attach(self) -> None:
         if not self.config.localize:
@@ -101,9 +104,6 @@ class NonFiniteDetector(Detector):
         probe = self.probe
         hooks = probe.hooks
         roots = {id(m) for m in probe.models}
-        for root in probe.models:
-            index = probe.module_index[id(root)]
-            hooks.enter_context(root.register_forward_pre_hook(self._input_hook(index)))
         grouped = self._find_groups(roots)
         for index, (_, module) in enumerate(probe.modules):
             root = id(module) in roots
@@ -177,17 +177,25 @@ class NonFiniteDetector(Detector):
     def _group_hook(self, group: _Group) -> Callable[..., None]:
         ran = self._ran
         members = group.members
+        ran_all = dict.fromkeys(members)
+        kinds = [_COVERED] * len(members)
         norms = group.norms
+        probe = self.probe
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if not (self.enabled and self.probe.live):
+            if not (self.enabled and probe.live):
                 return
             try:
                 if (self._depth > 0 and type(output) is torch.Tensor and output.dtype in _TRUSTED_DTYPES
-                        and not (norms and any(layers.uses_running_stats(m) for m in norms))):
-                    for index in members:
-                        ran[index] = None
-                        self._note(index, _COVERED)
+                        and not (norms and _running_stats_in_use(norms))):
+                    if len(self._fwd_idx) + len(members) < _FOLD_AT:
+                        ran.update(ran_all)
+                        self._fwd_idx.extend(members)
+                        self._fwd_kind.extend(kinds)
+                    else:  # a fold comes within the group: note the layers one by one
+                        for index in members:
+                            ran[index] = None
+                            self._note(index, _COVERED)
                     self._last = weakref.ref(output) if group.last_covered else _dead
                     self._last_version = -1 if output.is_inference() else output._version
                     self._last_reduced = False
@@ -205,22 +213,15 @@ class NonFiniteDetector(Detector):
         return hook
 
     # Recording (per forward / backward, no sync) --------------------------------------------
-    def _input_hook(self, index: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: Any) -> None:
-            if not (self.enabled and self.probe.live):
-                return
-            self._depth += 1
-            self._last = _dead  # a new forward pass: nothing before it is a child's output
-            try:
-                if self._replan:
-                    self._replan = False
-                    for group in self._groups:
-                        self._plan(group)
-                for t in float_tensors(args):
-                    self._record_forward(t, index, _INPUT)
-            except Exception as err:
-                self.probe._fail(self, err)
-        return hook
+    def on_forward_pre(self, root: int, module: nn.Module, args: tuple[Any, ...]) -> None:
+        self._depth += 1
+        self._last = _dead  # a new forward pass: nothing before it is a child's output
+        if self._replan:
+            self._replan = False
+            for group in self._groups:
+                self._plan(group)
+        for t in float_tensors(args):
+            self._record_forward(t, self._root_index[root], _INPUT)
 
     def _forward_hook(self, index: int, module: nn.Module, root: bool, covered: bool) -> Callable[..., None]:
         grad_hook = self._grad_hook(index) if self.config.backward_hooks else None
@@ -557,6 +558,13 @@ class NonFiniteDetector(Detector):
 
 def _dead() -> None:
     return None
+
+
+def _running_stats_in_use(norms: list[nn.Module]) -> bool:
+    for m in norms:
+        if not m.training and layers.uses_running_stats(m):
+            return True
+    return False
 
 
 def _flags(host: list[float], block: _Block) -> list[bool]:
