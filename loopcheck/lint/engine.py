@@ -18,11 +18,12 @@ import sys
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
-
-import libcst as cst
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from loopcheck.findings import Finding
+
+if TYPE_CHECKING:  # libcst is imported when a file is parsed: a run served by the cache never needs it
+    import libcst as cst
 
 SKIP_DIRS = frozenset({".git", ".venv", "venv", "build", "dist", "__pycache__", "node_modules", ".tox", ".eggs"})
 
@@ -228,6 +229,8 @@ def check_source(
 
 
 def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project: Any, result: FileResult) -> FileResult:
+    import libcst as cst
+
     from loopcheck.lint.rules.base import FileContext, all_rules, required_pattern
     from loopcheck.lint.positions import register_source
 

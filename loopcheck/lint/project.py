@@ -14,10 +14,11 @@ import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import libcst as cst
+if TYPE_CHECKING:  # libcst is imported when a module is parsed
+    import libcst as cst
 
-from loopcheck.lint.positions import register_source
 
 _MAX_BYTES = 2_000_000  # larger local modules are not followed
 
@@ -54,6 +55,10 @@ def parse_path(path: Path) -> ParsedModule | None:
         return cached[1]
     parsed: ParsedModule | None = None
     if st.st_size <= _MAX_BYTES:
+        import libcst as cst
+
+        from loopcheck.lint.positions import register_source
+
         try:
             data = path.read_bytes()
             module = cst.parse_module(data)
