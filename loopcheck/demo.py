@@ -83,7 +83,17 @@ def reference_part() -> bool:
     except ImportError as exc:
         console.print(f"skipped: the reference loop needs torch ({exc})")
         return True
-    torch.set_num_threads(min(2, torch.get_num_threads()))
+    # One thread: a multi-threaded BLAS may split a matrix product differently from one call to
+    # the next when the machine is busy, and the two runs are compared bit for bit.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _interrupted_and_resumed(torch, Config, train)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _interrupted_and_resumed(torch: Any, Config: Any, train: Any) -> bool:
     with tempfile.TemporaryDirectory(prefix="loopcheck-demo-") as tmp:
         settings = dict(epochs=3, seed=0, batch_size=32, accum=2, ema=0.99, log_every=8, progress=False)
         whole, parts = Path(tmp, "whole"), Path(tmp, "interrupted")
