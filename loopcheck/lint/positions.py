@@ -401,7 +401,7 @@ class StatementPositions:
         # only once, that is where. Otherwise the line `ast` gives decides.
         base = source.find(code) if code else -1
         if base == -1 or source.find(code, base + 1) != -1:
-            line = self._first_line(stmt, parents, elif_) - code.count("\n", 0, offsets[opened])
+            line = self._first_line(stmt, parents) - code.count("\n", 0, offsets[opened])
             starts = self._starts()
             if not 1 <= line <= len(starts):
                 raise _Fallback
@@ -429,7 +429,7 @@ class StatementPositions:
 
     # -- the matching ast statement --------------------------------------------------------
 
-    def _first_line(self, stmt: cst.CSTNode, parents: dict[int, cst.CSTNode], elif_: bool) -> int:
+    def _first_line(self, stmt: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> int:
         found = self._ast_stmt(stmt, parents)
         kinds = _AST_KINDS.get(type(stmt))
         if kinds is None:
