@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Iterator
-from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -173,19 +172,17 @@ def text_items(text: str, model: ModuleModel) -> set[str]:
             items.add(item)
     return items
 
+
 class Facts:
     """What the whole file (its inlined helpers included) does, for the checkpoint rules."""
 
     @classmethod
     def of(cls, ctx: FileContext) -> "Facts":
-        facts = _FACTS.get(ctx)
-        if facts is None:
-            facts = _FACTS[ctx] = cls(ctx)
-        return facts
+        return ctx.derived(cls)
 
     def __init__(self, ctx: FileContext) -> None:
         model = ctx.model
-        self.module = ctx.module  # not ctx itself: facts are cached per ctx in a weak-keyed dict
+        self.module = ctx.module  # not ctx itself: the facts are kept by ctx
         self.model = model
         events = model.events
         kinds = {e.kind for e in events}
@@ -245,12 +242,11 @@ class Facts:
                 yield saved
 
 
-_FACTS: "WeakKeyDictionary[FileContext, Facts]" = WeakKeyDictionary()
-
 def _first_arg_text(call: cst.Call | None) -> str:
     if call is None or not call.args:
         return ""
     return code_of(call.args[0].value)
+
 
 def name_of(model: ModuleModel, role: Role, default: str) -> str:
     names = model.names(role)

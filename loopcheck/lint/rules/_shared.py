@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Iterator
-from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -106,16 +105,13 @@ def call_site(
 
 # --- the event trace ---------------------------------------------------------------------------
 
-_TRACES: "WeakKeyDictionary[FileContext, Trace]" = WeakKeyDictionary()
-
-
 class Trace:
     """The model's events in trace order, grouped into units: one top-level loop, or one entry
     function for the events outside any loop. Walking before/after an event stays in its unit
     and skips the events that cannot be on the same path (the opposite branch of a condition)."""
 
     def __init__(self, ctx: FileContext) -> None:
-        # no reference to ctx itself: traces are cached per ctx in a weak-keyed dict
+        # no reference to ctx itself: the trace is kept by ctx (FileContext.derived)
         self.path = ctx.path
         self.module = ctx.module
         self.model = ctx.model
@@ -125,10 +121,7 @@ class Trace:
 
     @classmethod
     def of(cls, ctx: FileContext) -> "Trace":
-        trace = _TRACES.get(ctx)
-        if trace is None:
-            trace = _TRACES[ctx] = cls(ctx)
-        return trace
+        return ctx.derived(cls)
 
     def _unit(self, event: Event) -> tuple:
         if event.loop is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, TypeVar
 
 import libcst as cst
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from loopcheck.lint.loopmodel import Event, ModuleModel
 
 REGISTRY: dict[str, type["Rule"]] = {}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,13 @@ class FileContext:
         self.source = source
         self.module = module
         self.project = project  # the project index (loopmodel follows local imports through it)
+
+    def derived(self, build: "Callable[[FileContext], T]") -> "T":
+        """`build(self)`, computed once per file: facts that several rules share."""
+        memo = self.__dict__.setdefault("_derived", {})
+        if build not in memo:
+            memo[build] = build(self)
+        return memo[build]
 
     @cached_property
     def lines(self) -> list[str]:

@@ -19,12 +19,14 @@ from loopcheck.lint.values import index_for
 
 K = EventKind
 
+
 def _assigns_attribute(module: cst.Module, attr: str) -> bool:
     """Whether the module assigns `<something>.<attr> = ...` anywhere."""
     return any(
         isinstance(node.target, cst.Attribute) and node.target.attr.value == attr
         for node in nodes_of(module, cst.AssignTarget)
     )
+
 
 def _describe(saved: Saved) -> str:
     return "this checkpoint" if not saved.path_text else f"the checkpoint saved to `{saved.path_text}`"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterator
-from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -307,13 +306,8 @@ def _may_reach(ctx: FileContext, words: tuple[str, ...]) -> bool:
     test: most files name no activation at all."""
     if _names_any(ctx.source, words):
         return True
-    if ctx not in _REACHED:
-        _REACHED[ctx] = _imported_texts(ctx)
-    texts = _REACHED[ctx]
+    texts = ctx.derived(_imported_texts)
     return texts is None or any(_names_any(text, words) for text in texts)
-
-
-_REACHED: "WeakKeyDictionary[FileContext, list[str] | None]" = WeakKeyDictionary()
 
 
 def _imported_texts(ctx: FileContext) -> list[str] | None:

@@ -14,7 +14,6 @@ a single optimizer. Steps with a closure (LBFGS) are left alone: the closure own
 from __future__ import annotations
 
 from typing import Iterator
-from weakref import WeakKeyDictionary
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, ModuleModel, Role
@@ -86,16 +85,14 @@ class _LoopView:
 
 def _views(ctx: FileContext) -> list[_LoopView]:
     """The loops that step an optimizer and run backward, built once per file for the LC1 rules."""
-    views = _VIEWS.get(ctx)
-    if views is None:
-        views = _VIEWS[ctx] = [
-            view for view in (_LoopView(ctx.model, loop) for loop in ctx.model.walk_loops())
-            if view.steps and view.backwards
-        ]
-    return views
+    return ctx.derived(_build_views)
 
 
-_VIEWS: "WeakKeyDictionary[FileContext, list[_LoopView]]" = WeakKeyDictionary()
+def _build_views(ctx: FileContext) -> list[_LoopView]:
+    return [
+        view for view in (_LoopView(ctx.model, loop) for loop in ctx.model.walk_loops())
+        if view.steps and view.backwards
+    ]
 
 
 def _reset_text(ev: Event) -> str:
