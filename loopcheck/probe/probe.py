@@ -443,19 +443,7 @@ class Probe:
 
     def _dispatch_backward(self, tensor: torch.Tensor) -> list[Detector] | None:
         """`on_backward` to its listeners; return those that asked for `after_backward` this time."""
-        after = None
-        for det, fn in self._calls["on_backward"]:
-            try:
-                if fn(tensor):
-                    if after is None:
-                        after = [det]
-                    else:
-                        after.append(det)
-            except ProbeError:
-                raise
-            except Exception as err:
-                self._fail(det, err)
-        return after
+        return [det for det, fn in self._calls["on_backward"] if self._guard(det, fn, tensor)] or None
 
     def _guard(self, det: Detector, fn: Callable[..., Any], *args: Any) -> Any:
         if not det.enabled:
