@@ -39,6 +39,28 @@ def line_starts(text: str) -> list[int]:
     return starts
 
 
+def _line_column(starts: list[int], offset: int) -> tuple[int, int]:
+    """(line, column), 1-based, of an offset, given the line starts."""
+    line = bisect_right(starts, offset)
+    return line, offset - starts[line - 1] + 1
+
+
+def _span_between(text: str, starts: list[int], start: int, end: int, *, inclusive: bool,
+                  statement: bool) -> tuple[int, int, int, int]:
+    """(line, column, end_line, end_column) of `text[start:end]`. A whitespace-inclusive range
+    starts at the node's first non-blank character, and a statement's ends on its last line,
+    not after its newline."""
+    if inclusive:
+        while start < len(text) and text[start] in " \t\r\n\\":
+            start += 1
+    line, column = _line_column(starts, start)
+    end_line, end_column = _line_column(starts, end)
+    if inclusive and statement and end_column == 1 and end_line > line:
+        end_line -= 1
+        end_column = starts[end_line] - starts[end_line - 1]
+    return line, column, end_line, end_column
+
+
 class _Recorder:
     """The context manager `record_syntactic_position` returns (cheaper than a generator)."""
 
@@ -121,14 +143,8 @@ class PositionTable:
     def line_of(self, offset: int) -> int:
         return bisect_right(self._line_starts, offset)
 
-    def _point(self, token_index: int, *, skip_space: bool = False) -> tuple[int, int]:
-        offset = self._offsets[min(token_index, len(self._offsets) - 1)]
-        if skip_space:  # whitespace-inclusive ranges start at the node's leading blank lines
-            code = self.code
-            while offset < len(code) and code[offset] in " \t\r\n\\":
-                offset += 1
-        line = bisect_right(self._line_starts, offset)
-        return line, offset - self._line_starts[line - 1] + 1
+    def _offset(self, token_index: int) -> int:
+        return self._offsets[min(token_index, len(self._offsets) - 1)]
 
     def text(self, node: cst.CSTNode) -> str | None:
         """The source of a one-line node (its syntactic range), as `code_for_node` would give it;
@@ -152,13 +168,9 @@ class PositionTable:
             found = self._outer.get(id(node))
         if found is None:
             return (1, 1, 1, 1)
-        line, column = self._point(found[0], skip_space=inclusive)
-        end_line, end_column = self._point(found[1])
-        if inclusive and isinstance(node, cst.BaseStatement) and end_column == 1 and end_line > line:
-            # a statement's range ends after its newline: report the end of its last line instead
-            end_line -= 1
-            end_column = self._line_starts[end_line] - self._line_starts[end_line - 1]
-        return line, column, end_line, end_column
+        start, end = self._offset(found[0]), self._offset(found[1])
+        return _span_between(self.code, self._line_starts, start, end,
+                             inclusive=inclusive, statement=isinstance(node, cst.BaseStatement))
 
 
 def _module_codegen(module: cst.Module, state: CodegenState) -> list[int]:
@@ -328,7 +340,7 @@ class StatementPositions:
             last = _last_statement(node)
             if last is not None:  # the header's start, the end of the last statement of its body
                 chunk = self._chunk(node, header=True)
-                line, column = self._point(chunk, chunk.opened[id(node)])
+                line, column = _line_column(self._starts(), self._offset(chunk, chunk.opened[id(node)]))
                 return (line, column, *self._span(last)[2:])
         chunk, found = self._locate(node, whole=False)
         inclusive = found is None
@@ -336,13 +348,9 @@ class StatementPositions:
             found = chunk.outer.get(id(node))
             if found is None:
                 raise _Fallback
-        line, column = self._point(chunk, found[0], skip_space=inclusive)
-        end_line, end_column = self._point(chunk, found[1])
-        if inclusive and isinstance(node, cst.BaseStatement) and end_column == 1 and end_line > line:
-            starts = self._starts()
-            end_line -= 1
-            end_column = starts[end_line] - starts[end_line - 1]
-        return line, column, end_line, end_column
+        start, end = self._offset(chunk, found[0]), self._offset(chunk, found[1])
+        return _span_between(self.source, self._starts(), start, end,
+                             inclusive=inclusive, statement=isinstance(node, cst.BaseStatement))
 
     def _locate(self, node: cst.CSTNode, *, whole: bool) -> tuple[_Chunk, tuple[int, int] | None]:
         """The rendered statement (or header) holding `node`, and the node's syntactic token
@@ -410,16 +418,9 @@ class StatementPositions:
                 raise _Fallback
         return _Chunk(state, offsets, base)
 
-    def _point(self, chunk: _Chunk, token_index: int, *, skip_space: bool = False) -> tuple[int, int]:
-        offsets = chunk.offsets
-        offset = chunk.base + offsets[min(token_index, len(offsets) - 1)]
-        if skip_space:
-            source = self.source
-            while offset < len(source) and source[offset] in " \t\r\n\\":
-                offset += 1
-        starts = self._starts()
-        line = bisect_right(starts, offset)
-        return line, offset - starts[line - 1] + 1
+    @staticmethod
+    def _offset(chunk: _Chunk, token_index: int) -> int:
+        return chunk.base + chunk.offsets[min(token_index, len(chunk.offsets) - 1)]
 
     def _starts(self) -> list[int]:
         starts = self._line_starts
