@@ -77,67 +77,6 @@ class LoopKind(str, Enum):
     OTHER = "other"
 
 
-@dataclass
-class Binding:
-    """What a canonical name refers to, and why we believe it."""
-
-    name: str  # canonical name: "opt", "self.optimizer"
-    role: Role
-    cls: str | None = None  # constructor's last dotted part: "AdamW", "OneCycleLR", "GradScaler"
-    qualified: str | None = None  # best-known dotted constructor: "torch.optim.lr_scheduler.OneCycleLR"
-    call: cst.Call | None = None  # the constructor call, when known (its args give sizing)
-    cadence: SchedulerCadence | None = None  # schedulers only
-    evidence: str = "constructor"  # "constructor" | "usage" | "name"
-    path: str = ""  # file of the constructor
-    # role-specific facts: optimizer "params_of" (frozenset of model names whose parameters it
-    # updates); scheduler "optimizer"; loader "split" ("train"/"eval"/None), "sampler", "shuffle"
-    # (source text or None), "batch_sampler"; wrapped models "wraps".
-    detail: dict = field(default_factory=dict)
-    node: cst.CSTNode | None = field(default=None, repr=False, compare=False)  # what made the binding
-    module: cst.Module | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def line(self) -> int | None:
-        """Line of the node that made the binding (None when unknown)."""
-        if self.node is None or self.module is None:
-            return None
-        found = self.__dict__.get("_line")
-        if found is None:
-            from loopcheck.lint.positions import node_span
-
-            found = self.__dict__["_line"] = node_span(self.module, self.node)[0]
-        return found
-
-
-@dataclass(frozen=True)
-class Guard:
-    """A condition an event sits under within one iteration."""
-
-    text: str  # source of the test, e.g. "(i + 1) % accum_steps == 0"
-    accumulation: bool = False  # looks like an accumulation / every-k-steps guard
-    negated: bool = False  # in the else branch
-
-
-@dataclass(frozen=True)
-class CallSite:
-    """One hop of an inlined call chain: where a helper was called from."""
-
-    callee: str  # qualified name of the called function: "train_one_epoch", "Trainer.step"
-    path: str
-    node: cst.CSTNode = field(repr=False)  # the call
-    module: cst.Module | None = field(default=None, repr=False, compare=False)  # where the call is
-
-    @property
-    def line(self) -> int:
-        found = self.__dict__.get("_line")
-        if found is None:
-            from loopcheck.lint.positions import node_span
-
-            found = node_span(self.module, self.node)[0] if self.module is not None else 0
-            object.__setattr__(self, "_line", found)  # a cache, not state: equality ignores it
-        return found
-
-
 class _Placed:
     """Line and column of a model object's `node`, computed on first use: most events are never
     reported, and positions cost a render of the statement that holds them."""
@@ -172,6 +111,50 @@ class _Placed:
     @property
     def end_column(self) -> int:
         return self.span[3]
+
+
+@dataclass
+class Binding(_Placed):
+    """What a canonical name refers to, and why we believe it."""
+
+    name: str  # canonical name: "opt", "self.optimizer"
+    role: Role
+    cls: str | None = None  # constructor's last dotted part: "AdamW", "OneCycleLR", "GradScaler"
+    qualified: str | None = None  # best-known dotted constructor: "torch.optim.lr_scheduler.OneCycleLR"
+    call: cst.Call | None = None  # the constructor call, when known (its args give sizing)
+    cadence: SchedulerCadence | None = None  # schedulers only
+    evidence: str = "constructor"  # "constructor" | "usage" | "name"
+    path: str = ""  # file of the constructor
+    # role-specific facts: optimizer "params_of" (frozenset of model names whose parameters it
+    # updates); scheduler "optimizer"; loader "split" ("train"/"eval"/None), "sampler", "shuffle"
+    # (source text or None), "batch_sampler"; wrapped models "wraps".
+    detail: dict = field(default_factory=dict)
+    node: cst.CSTNode | None = field(default=None, repr=False, compare=False)  # what made the binding
+    module: cst.Module | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def line(self) -> int | None:  # type: ignore[override]
+        """Line of the node that made the binding (None when unknown)."""
+        return self.span[0] if self.node is not None and self.module is not None else None
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A condition an event sits under within one iteration."""
+
+    text: str  # source of the test, e.g. "(i + 1) % accum_steps == 0"
+    accumulation: bool = False  # looks like an accumulation / every-k-steps guard
+    negated: bool = False  # in the else branch
+
+
+@dataclass(frozen=True)
+class CallSite(_Placed):
+    """One hop of an inlined call chain: where a helper was called from."""
+
+    callee: str  # qualified name of the called function: "train_one_epoch", "Trainer.step"
+    path: str
+    node: cst.CSTNode = field(repr=False)  # the call
+    module: cst.Module | None = field(default=None, repr=False, compare=False)  # where the call is
 
 
 @dataclass
