@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from typing import Any, Iterable, Sequence
@@ -22,6 +23,7 @@ class RobustLevel:
 
     def __init__(self, window: int, warmup: int, z: float, ratio: float) -> None:
         self.values: deque[float] = deque(maxlen=window)
+        self._sorted: list[float] = []  # the same values in order: the median without a sort per value
         self.warmup = warmup
         self.z = z
         self.log_ratio = math.log(ratio)
@@ -29,7 +31,13 @@ class RobustLevel:
     def median(self) -> float | None:
         if not self.values:
             return None
-        return math.exp(_median(self.values))
+        return math.exp(self._median())
+
+    def _median(self) -> float:
+        ordered = self._sorted
+        n = len(ordered)
+        mid = n // 2
+        return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
     def push(self, value: float) -> float | None:
         """Add a value; return the rolling median it is a spike against, or None."""
@@ -38,11 +46,15 @@ class RobustLevel:
         x = math.log(value)
         verdict = None
         if len(self.values) >= self.warmup:
-            med = _median(self.values)
-            # the deviation (a second sort) is only needed for a value already `ratio` above the median
+            med = self._median()
+            # the deviation (a sort) is only needed for a value already `ratio` above the median
             if x - med > self.log_ratio and x - med > self.z * 1.4826 * _median([abs(v - med) for v in self.values]):
                 verdict = math.exp(med)
-        self.values.append(x)
+        values = self.values
+        if len(values) == values.maxlen:
+            del self._sorted[bisect.bisect_left(self._sorted, values[0])]
+        values.append(x)
+        bisect.insort(self._sorted, x)
         return verdict
 
 
@@ -134,12 +146,13 @@ class Readings:
         self._open: list[torch.Tensor] = []
         self._size = 0
         self._host: list[float] | None = None
+        self._finite: bool | None = None
 
     def add(self, values: Sequence[torch.Tensor]) -> slice:
         start = self._size
         self._open.extend(values)
         self._size += len(values)
-        self._host = None
+        self._host = self._finite = None
         if len(self._open) >= self._COMPACT:
             self._parts.append(stack_scalars(self._open))
             self._open = []
@@ -159,8 +172,16 @@ class Readings:
                 self._host = host_read(flat).double().tolist()
         return self._host
 
+    def all_finite(self) -> bool:
+        """Whether every queued value is finite: one pass over the host values, cached per sample."""
+        if self._finite is None:
+            host = self.host()
+            # A sum is finite when every term is, and only overflows on huge values: check those one by one.
+            self._finite = math.isfinite(sum(host)) or all(map(math.isfinite, host))
+        return self._finite
+
     def clear(self) -> None:
-        self._parts, self._open, self._size, self._host = [], [], 0, None
+        self._parts, self._open, self._size, self._host, self._finite = [], [], 0, None, None
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:

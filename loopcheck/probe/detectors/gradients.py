@@ -19,6 +19,7 @@ from loopcheck.probe.stats import RobustLevel
 
 _TOP = 3  # layers named in a spike / vanishing finding
 _TRACKED = 8  # parameters per optimizer whose .grad resets are followed (LP403)
+_OWNER_SETS = 64  # distinct sets of parameters with gradients whose owners are remembered
 
 
 class GradNormDetector(Detector):
@@ -32,6 +33,7 @@ class GradNormDetector(Detector):
         self._low_total: dict[int, int] = defaultdict(int)
         self._low_module: dict[tuple[int, str], int] = defaultdict(int)
         self._totals: list[float] = []
+        self._owners: dict[tuple[int, tuple[int, ...]], list[str]] = {}
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
         norms = self.probe.grad_norms(index)
@@ -56,10 +58,16 @@ class GradNormDetector(Detector):
             self._vanishing(at, index, total, modules)
 
     def _by_module(self, index: int, positions: list[int], norms: list[float]) -> dict[str, float]:
-        params = self.probe.opt_params[index]
-        squares: dict[str, float] = defaultdict(float)
-        for j, n in zip(positions, norms):
-            squares[self.probe.owner(params[j])] += n * n
+        key = (index, tuple(positions))
+        owners = self._owners.get(key)
+        if owners is None:  # the same parameters have gradients step after step: name them once
+            if len(self._owners) >= _OWNER_SETS:
+                self._owners.clear()
+            params = self.probe.opt_params[index]
+            owners = self._owners[key] = [self.probe.owner(params[j]) for j in positions]
+        squares: dict[str, float] = dict.fromkeys(owners, 0.0)
+        for name, n in zip(owners, norms):
+            squares[name] += n * n
         return {name: math.sqrt(v) for name, v in squares.items()}
 
     def _spike(self, at: int, index: int, total: float, modules: dict[str, float]) -> None:

@@ -376,9 +376,10 @@ class NonFiniteDetector(Detector):
             if block is not None:
                 self._blocks.append(block)
         blocks, self._blocks = self._blocks, []
-        if not blocks:
+        readings = self.probe.readings
+        if not blocks or readings.all_finite():
             return
-        host = self.probe.readings.host()
+        host = readings.host()
         for block in blocks:
             if all(all(map(math.isfinite, host[read])) for read in block.reads):
                 continue
