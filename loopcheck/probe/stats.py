@@ -34,10 +34,7 @@ class RobustLevel:
         return math.exp(self._median())
 
     def _median(self) -> float:
-        ordered = self._sorted
-        n = len(ordered)
-        mid = n // 2
-        return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+        return _middle(self._sorted)
 
     def push(self, value: float) -> float | None:
         """Add a value; return the rolling median it is a spike against, or None."""
@@ -59,7 +56,11 @@ class RobustLevel:
 
 
 def _median(values: Iterable[float]) -> float:
-    ordered = sorted(values)
+    return _middle(sorted(values))
+
+
+def _middle(ordered: list[float]) -> float:
+    """The median of values already in order."""
     n = len(ordered)
     mid = n // 2
     return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
