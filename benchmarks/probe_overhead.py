@@ -1,6 +1,6 @@
 """Probe overhead on CPU: a small CNN trained in interleaved bare / probed / anomaly-mode blocks.
 
-Prints the median over block pairs of (probed time / bare time), and for scale the same ratio
+Prints the median over block pairs of (probed time / bare time) with a 95% interval, and for scale the same ratio
 for `torch.autograd.detect_anomaly()`. The probe runs in its default configuration (gradient,
 non-finite, LR, mode, memory and data checks every step; device statistics read every 20 steps).
 A block is as long as the probe's sampling interval, so every probed block includes one reading
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import math
 import resource
 import statistics
 import time
@@ -65,6 +66,17 @@ def fix_malloc_thresholds() -> str:
         return f"glibc {version} malloc (mallopt refused the thresholds: left alone)"
     return (f"glibc {version} malloc, fixed thresholds: mmap {_MMAP_THRESHOLD >> 20} MiB, "
             f"trim {_TRIM_THRESHOLD >> 20} MiB")
+
+
+def median_interval(ordered: list[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval for the median: two order statistics.
+
+    It covers the noise within this run only; runs differ from each other by more than that, so
+    compare several.
+    """
+    n = len(ordered)
+    k = max(int((n - 1.96 * math.sqrt(n)) / 2), 0)
+    return ordered[k], ordered[n - 1 - k]
 
 
 def run_block(model, opt, sched, data, steps: int) -> tuple[float, float]:
@@ -121,7 +133,9 @@ def main() -> None:
                 anomaly.append((run_block(model, opt, sched, data, args.steps), bare[-1]))
     steps_run = (len(bare) + len(probed) + len(anomaly)) * args.steps
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps_run
-    ratio = statistics.median(p[0] / b[0] for p, b in zip(probed, bare))
+    ratios = sorted(p[0] / b[0] for p, b in zip(probed, bare))
+    ratio = statistics.median(ratios)
+    low, high = median_interval(ratios)
     ratio_cpu = statistics.median(p[1] / b[1] for p, b in zip(probed, bare))
     ratio_anomaly = statistics.median(a[0] / b[0] for a, b in anomaly)
     step_ms = statistics.median(b[0] for b in bare) / args.steps * 1e3
@@ -129,7 +143,8 @@ def main() -> None:
     print(f"small CNN ({params:,} parameters), batch {args.batch}, {args.threads} thread(s), "
           f"{args.blocks} x {args.steps} steps per variant; bare step {step_ms:.2f} ms")
     print(f"memory: {malloc}; {faults:,.0f} minor page faults per step")
-    print(f"probe overhead (median probed/bare): {ratio:.3f}x")
+    print(f"probe overhead (median probed/bare): {ratio:.3f}x "
+          f"(95% interval of the median over {len(ratios)} block pairs: {low:.3f}x to {high:.3f}x)")
     print(f"  same, process CPU time:            {ratio_cpu:.3f}x")
     print(f"detect_anomaly overhead, for scale:  {ratio_anomaly:.3f}x")
 
