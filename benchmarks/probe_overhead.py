@@ -1,7 +1,7 @@
 """Probe overhead on CPU: a small CNN trained in interleaved bare / probed / anomaly-mode blocks.
 
-Prints the median over block pairs of (probed time / bare time) with a 95% interval, and for scale the same ratio
-for `torch.autograd.detect_anomaly()`. The probe runs in its default configuration (gradient,
+Prints the median over block pairs of (probed time / bare time) with a 95% interval, and for
+scale the same ratio for `torch.autograd.detect_anomaly()`. The probe runs in its default configuration (gradient,
 non-finite, LR, mode, memory and data checks every step; device statistics read every 20 steps).
 A block is as long as the probe's sampling interval, so every probed block includes one reading
 of the device statistics. Wall-clock time is the measure; the process CPU time ratio is printed
