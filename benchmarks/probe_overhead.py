@@ -1,11 +1,11 @@
 """Probe overhead on CPU: a small CNN trained in interleaved bare / probed / anomaly-mode blocks.
 
-Prints the median over block pairs of (probed time / bare time) with a 95% interval, and for
-scale the same ratio for `torch.autograd.detect_anomaly()`. The probe runs in its default configuration (gradient,
-non-finite, LR, mode, memory and data checks every step; device statistics read every 20 steps).
-A block is as long as the probe's sampling interval, so every probed block includes one reading
-of the device statistics. Wall-clock time is the measure; the process CPU time ratio is printed
-too, because on a shared machine it is less disturbed by other processes.
+Prints the median over block pairs of (probed time / bare time) with a 95% interval, and for scale
+the same ratio for `torch.autograd.detect_anomaly()`. The probe runs in its default configuration
+(gradient, non-finite, LR, mode, memory and data checks every step; device statistics read every 20
+steps). A block is as long as the probe's sampling interval, so every probed block includes one
+reading of the device statistics. Wall-clock time is the measure; the process CPU time ratio is
+printed too, because on a shared machine it is less disturbed by other processes.
 
 glibc's malloc returns the activation memory to the system after each step and faults it in again
 at the next (thousands of page faults per step, on both sides), which moves the ratio by a few
