@@ -246,6 +246,7 @@ class Probe:
             self._serial += 1
             self._take_losses(i)
             self._dispatch("on_step_pre", i, optimizer)
+            self.readings.seal()
         return hook
 
     def _step_post_hook(self, i: int) -> Callable[..., None]:

@@ -259,3 +259,11 @@ def test_no_host_read_per_step(monkeypatch):
     assert item_calls == []
     # one read per sample (2 in the loop, nothing left at exit), shared by every detector
     assert len(reads) == 2
+
+
+def test_device_values_wait_for_the_sample_as_one_vector_per_step():
+    net, opt, sched = setup()
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False, every=25) as probe:
+        loop(net, opt, sched, 10)
+        assert probe.readings._open == []  # no 0-d tensor is kept from one step to the next
+        assert len(probe.readings._parts) == 10

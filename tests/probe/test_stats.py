@@ -53,3 +53,21 @@ def test_huge_finite_values_are_finite_even_when_their_sum_overflows():
     assert readings.all_finite()
     readings.add([torch.tensor(float("nan"))])  # a new value invalidates the cached verdict
     assert not readings.all_finite()
+
+
+def test_sealing_keeps_positions_and_frees_the_scalars():
+    import weakref
+
+    readings = Readings()
+    first = torch.tensor(1.0)
+    a = readings.add([first, torch.tensor(2.0)])
+    ref = weakref.ref(first)
+    readings.seal()
+    del first
+    assert ref() is None  # the step's scalars are not kept until the sample
+    b = readings.add([torch.tensor(3.0)])
+    readings.seal()
+    readings.seal()  # nothing queued: no empty part
+    c = readings.add([torch.tensor(4.0, dtype=torch.float64)])
+    host = readings.host()
+    assert host[a] == [1.0, 2.0] and host[b] == [3.0] and host[c] == [4.0]
