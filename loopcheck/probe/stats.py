@@ -140,7 +140,8 @@ class Readings:
     seals the queue at every optimizer step: that step's scalars become one vector and are freed.
     Hundreds of 0-d tensors kept alive until the sample each held a small allocation among the
     activations; on CPU that made the probe's cost depend on where memory happened to lie
-    (1.01x to 1.07x between runs of the overhead benchmark, 1.02x with the seal).
+    (1.01x to 1.07x between single-process runs of the overhead benchmark, 1.02x to 1.04x with
+    the seal).
     """
 
     _COMPACT = 1024
