@@ -1,4 +1,5 @@
-"""Small shared pieces: the robust rolling level, output-tensor picking, fused reductions, deliberate host reads."""
+"""Shared pieces of the probe: the robust rolling level, output-tensor picking, fused reductions,
+the queue of device values and the deliberate host reads."""
 
 from __future__ import annotations
 
@@ -171,9 +172,7 @@ class Readings:
     def host(self) -> list[float]:
         """Every queued value as a Python float (NaN and Inf kept), read once per sample."""
         if self._host is None:
-            if self._open:
-                self._parts.append(stack_scalars(self._open))
-                self._open = []
+            self.seal()
             parts = self._parts
             if not parts:
                 self._host = []

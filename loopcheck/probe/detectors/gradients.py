@@ -1,8 +1,8 @@
 """LP101 / LP102 gradient norm spikes and vanishing; LP403 gradients not reset; LP404 unused parameters.
 
 Gradient norms come from `Probe.grad_norms` (fused per-parameter norms, kept on the device) and
-are read with the probe's other queued values every `every` steps. Gradient resets are tracked by identity and version counter of
-the `.grad` tensors (weak references, no reads of their values).
+are read with the probe's other queued values every `every` steps. Gradient resets are tracked by
+identity and version counter of the `.grad` tensors (weak references, no reads of their values).
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class NonFiniteDetector(Detector):
 
     def _plan(self, group: _Group) -> None:
         """Hook the group whole or its layers one by one, whichever it needs now."""
-        whole = not group.split and not any(layers.uses_running_stats(m) for m in group.norms)
+        whole = not group.split and not _running_stats_in_use(group.norms)
         if whole == group.whole and group.handles:
             return
         self._unhook(group)
@@ -196,9 +196,10 @@ class NonFiniteDetector(Detector):
                         for index in members:
                             ran[index] = None
                             self._note(index, _COVERED)
-                    self._last = weakref.ref(output) if group.last_covered else _dead
-                    self._last_version = -1 if output.is_inference() else output._version
-                    self._last_reduced = False
+                    if group.last_covered:
+                        self._remember(output, _version(output), reduced=False)
+                    else:
+                        self._last = _dead
                     return
                 # This call is judged by the group's output; from now on each layer reports itself.
                 group.split = self._depth == 0 or not (type(output) is torch.Tensor
@@ -206,8 +207,7 @@ class NonFiniteDetector(Detector):
                 self._plan(group)
                 for t in float_tensors(output):
                     self._record_forward(t, group.index, _OUTPUT)
-                    self._last, self._last_reduced = weakref.ref(t), True
-                    self._last_version = -1 if t.is_inference() else t._version
+                    self._remember(t, _version(t), reduced=True)
             except Exception as err:
                 self.probe._fail(self, err)
         return hook
@@ -240,27 +240,30 @@ class NonFiniteDetector(Detector):
                     # the common case, kept short: a dense layer inside the model's forward
                     ran[index] = None
                     self._note(index, _COVERED)
-                    self._last, self._last_reduced = weakref.ref(output), False
-                    self._last_version = -1 if output.is_inference() else output._version
+                    self._remember(output, _version(output), reduced=False)
                     return
                 for t in float_tensors(output):
-                    version = -1 if t.is_inference() else t._version  # inference tensors have no counter
+                    version = _version(t)
                     if trusted and t.dtype is not torch.float16:  # float16 overflows: reduce it
                         ran[index] = None
                         self._note(index, _COVERED)
-                        self._last, self._last_version, self._last_reduced = weakref.ref(t), version, False
+                        self._remember(t, version, reduced=False)
                     elif (kind := self._repeat(t, version, root)) is not None:
                         if kind == _OUTPUT:
                             self._fwd.append(self._fwd[-1])
                         self._note(index, kind)
                     else:
                         self._record_forward(t, index, _OUTPUT)
-                        self._last, self._last_version, self._last_reduced = weakref.ref(t), version, True
+                        self._remember(t, version, reduced=True)
                     if grad_hook is not None and t.requires_grad and t.grad_fn is not None and torch.is_grad_enabled():
                         t.register_hook(grad_hook)
             except Exception as err:
                 self.probe._fail(self, err)
         return hook
+
+    def _remember(self, t: torch.Tensor, version: int, *, reduced: bool) -> None:
+        """`t` is the output recorded last (see `_repeat`), with its version and whether it was reduced."""
+        self._last, self._last_version, self._last_reduced = weakref.ref(t), version, reduced
 
     def _repeat(self, t: torch.Tensor, version: int, root: bool) -> int | None:
         """The record for `t` when it is the tensor just recorded, unchanged: a container returning its
@@ -381,9 +384,9 @@ class NonFiniteDetector(Detector):
             return
         host = readings.host()
         for block in blocks:
-            if all(all(map(math.isfinite, host[read])) for read in block.reads):
-                continue
             part = _flags(host, block)
+            if all(part):
+                continue
             if self._incident is not None:
                 # Once a value went non-finite every later step usually does too: count them
                 # under the first incident instead of naming the consequences.
@@ -559,6 +562,11 @@ class NonFiniteDetector(Detector):
 
 def _dead() -> None:
     return None
+
+
+def _version(t: torch.Tensor) -> int:
+    """The version counter of `t`; -1 for an inference tensor, which has none."""
+    return -1 if t.is_inference() else t._version
 
 
 def _running_stats_in_use(norms: list[nn.Module]) -> bool:
