@@ -95,22 +95,11 @@ class _Placed:
             self.__dict__["_span"] = found
         return found
 
-    @property
-    def line(self) -> int:
-        return self.span[0]
-
-    @property
-    def column(self) -> int:
-        """1-based, as reported."""
-        return self.span[1]
-
-    @property
-    def end_line(self) -> int:
-        return self.span[2]
-
-    @property
-    def end_column(self) -> int:
-        return self.span[3]
+    # 1-based, as reported
+    line = property(lambda self: self.span[0])
+    column = property(lambda self: self.span[1])
+    end_line = property(lambda self: self.span[2])
+    end_column = property(lambda self: self.span[3])
 
 
 @dataclass

@@ -39,7 +39,7 @@ def line_starts(text: str) -> list[int]:
     return starts
 
 
-def _line_column(starts: list[int], offset: int) -> tuple[int, int]:
+def line_column(starts: list[int], offset: int) -> tuple[int, int]:
     """(line, column), 1-based, of an offset, given the line starts."""
     line = bisect_right(starts, offset)
     return line, offset - starts[line - 1] + 1
@@ -53,8 +53,8 @@ def _span_between(text: str, starts: list[int], start: int, end: int, *, inclusi
     if inclusive:
         while start < len(text) and text[start] in " \t\r\n\\":
             start += 1
-    line, column = _line_column(starts, start)
-    end_line, end_column = _line_column(starts, end)
+    line, column = line_column(starts, start)
+    end_line, end_column = line_column(starts, end)
     if inclusive and statement and end_column == 1 and end_line > line:
         end_line -= 1
         end_column = starts[end_line] - starts[end_line - 1]
@@ -340,7 +340,7 @@ class StatementPositions:
             last = _last_statement(node)
             if last is not None:  # the header's start, the end of the last statement of its body
                 chunk = self._chunk(node, header=True)
-                line, column = _line_column(self._starts(), self._offset(chunk, chunk.opened[id(node)]))
+                line, column = line_column(self._starts(), self._offset(chunk, chunk.opened[id(node)]))
                 return (line, column, *self._span(last)[2:])
         chunk, found = self._locate(node, whole=False)
         inclusive = found is None

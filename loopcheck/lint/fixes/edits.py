@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-from loopcheck.lint.positions import line_starts
+from loopcheck.lint.positions import line_column, line_starts
 
 
 @dataclass(frozen=True)
@@ -40,11 +39,6 @@ _LINE = re.compile(r"[^\n]*\n|[^\n]+$")
 
 def _lines(text: str) -> list[str]:
     return _LINE.findall(text)
-
-
-def _position(starts: list[int], offset: int) -> tuple[int, int]:
-    line = bisect_right(starts, offset)
-    return line, offset - starts[line - 1] + 1
 
 
 def _offset(starts: list[int], line: int, column: int) -> int:
@@ -114,8 +108,8 @@ def _hunks(old: str, a: list[str], b: list[str], line0: int) -> list[Edit]:
                 tail += 1
         start = a_starts[i1] + head
         end = a_starts[i2] - tail
-        line, column = _position(starts, start)
-        end_line, end_column = _position(starts, end)
+        line, column = line_column(starts, start)
+        end_line, end_column = line_column(starts, end)
         out.append(Edit(line + line0, column, end_line + line0, end_column, after[head : len(after) - tail]))
     return out
 
