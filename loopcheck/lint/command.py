@@ -377,22 +377,8 @@ def _file_error(e: Any) -> FileError:
     return FileError(str(getattr(e, "path", "")), getattr(e, "line", None), str(getattr(e, "message", e)), getattr(e, "code", None))
 
 
-def _check_one(args: tuple[str, EnabledCodes]) -> Any:
-    from loopcheck.lint.engine import check_file
-
-    path, enabled = args
-    return check_file(path, enabled=enabled)
-
-
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None) -> Iterable[tuple[Path, Any]]:
     """Engine results of each file, in parallel processes when there are enough files."""
-    workers = min(jobs or os.cpu_count() or 1, len(files))
-    if workers <= 1 or len(files) < 4:
-        for f in files:
-            yield f, _check_one((str(f), enabled))
-        return
-    from concurrent.futures import ProcessPoolExecutor
+    from loopcheck.lint.engine import check_files
 
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for f, result in zip(files, pool.map(_check_one, [(str(f), enabled) for f in files], chunksize=4)):
-            yield f, result
+    return zip(files, check_files(files, enabled=enabled, jobs=jobs))

@@ -102,11 +102,9 @@ Linter = Callable[[str, str], Sequence[Finding]]
 def _default_linter(source: str, path: str) -> list[Finding]:
     """The engine's findings for this source; local imports are followed as `loopcheck lint`
     follows them, so findings that span files are seen here too."""
-    from loopcheck.lint.engine import check_source
-    from loopcheck.lint.project import ProjectIndex
+    from loopcheck.lint.engine import check_source, project_for
 
-    project = None if path.startswith("<") else ProjectIndex()
-    return list(check_source(source, path, project=project).findings)
+    return list(check_source(source, path, project=project_for(path)).findings)
 
 
 def _parses(source: str) -> bool:

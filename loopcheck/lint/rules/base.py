@@ -105,7 +105,7 @@ class FileContext:
             from loopcheck.lint.project import parse_path
 
             for path in sorted(paths):
-                parsed = parse_path(Path(path))
+                parsed = parse_path(Path(path), self.project)
                 if parsed is None:  # changed or gone since
                     return None
                 texts.append(parsed.source)
