@@ -1,10 +1,19 @@
-"""The lint engine: files -> libcst modules -> rules -> suppressions -> findings.
+"""The lint engine: files -> the run's project -> loop models -> rules -> suppressions -> findings.
 
-Per file: read the bytes, decode them (PEP 263 coding cookies honoured), skip files that cannot
-hold a training loop, parse once with libcst, run each enabled rule over one shared
-`FileContext` (the loop model is built once, on first use), drop duplicates, apply suppression
-comments, sort. Nothing a file contains makes the engine raise: unreadable, undecodable and
-unparsable files, and rules that fail, become `LintError` entries while the rest still runs.
+A run (`check_files`) shares one `Project` per project root and process: every module is parsed
+at most once, and what is derived from it (walk, positions, value index, the findings of its
+model) is kept for the run. Per file: read the bytes, decode them (PEP 263 coding cookies
+honoured), skip files that cannot hold a training loop, parse, run each enabled rule over one
+shared `FileContext` (the loop model is built once, on first use), drop duplicates.
+
+A finding is reported in the file where the defect is. The files that import a linted file
+(found backwards through the project's imports) are analysed too, and the findings their models
+make in it are added: the training step lives here while the scheduler and the epoch loop are
+set up in the caller, so a file gets the same findings linted alone or with its whole project.
+Then suppression comments apply and the findings are sorted.
+
+Nothing a file contains makes the engine raise: unreadable, undecodable and unparsable files,
+and rules that fail, become `LintError` entries while the rest still runs.
 """
 
 from __future__ import annotations
@@ -268,7 +277,8 @@ def _analyse(
     import libcst as cst
 
     from loopcheck.lint.positions import register_source
-    from loopcheck.lint.rules.base import FileContext, all_rules, required_pattern
+    from loopcheck.lint.context import FileContext
+    from loopcheck.lint.rules.base import all_rules, required_pattern
 
     module = project.parsed_as(path, text) if hasattr(project, "parsed_as") else None
     try:

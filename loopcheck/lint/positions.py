@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import warnings
 from bisect import bisect_right
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Sequence
 
@@ -25,7 +26,17 @@ from libcst._nodes.internal import CodegenState
 from loopcheck.lint.memo import fact, facts, known
 
 if TYPE_CHECKING:
-    from loopcheck.lint.rules.base import FileContext, Span
+    from loopcheck.lint.context import FileContext
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a node is: 1-based lines and columns, the end column exclusive."""
+
+    line: int
+    column: int  # 1-based
+    end_line: int
+    end_column: int
 
 
 
@@ -551,6 +562,4 @@ def node_span(module: cst.Module, node: cst.CSTNode) -> tuple[int, int, int, int
 
 
 def span_of(ctx: "FileContext", node: cst.CSTNode) -> "Span":
-    from loopcheck.lint.rules.base import Span
-
     return Span(*node_span(ctx.module, node))

@@ -18,6 +18,7 @@ Files that cannot be read or parsed are simply not followed.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ class Project:
         self._reach: dict[str, tuple[str, ...]] = {}
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
-        self._texts: dict[str, bytes] = {}  # the raw text of project files, for the importer search
+        self._words: dict[str, list[str]] | None = None  # word -> project files holding it
         self._findings: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int] | None, list]] = {}
 
     @classmethod
@@ -306,30 +307,32 @@ class Project:
 
     def _importers_of(self, target: str) -> list[str]:
         """The project files importing `target` directly. Only files whose text holds the
-        module's own name (its folder's, for a package `__init__.py`) can: the others are
-        never summarised."""
+        module's own name (its folder's, for a package `__init__.py`) as a word can: the others
+        are never summarised."""
         if target not in self._importers:
             here = Path(target)
-            word = (here.parent.name if here.name == "__init__.py" else here.stem).encode()
+            word = here.parent.name if here.name == "__init__.py" else here.stem
             found = []
-            for f in self.files():
-                name = os.path.abspath(f)
-                if name != target and word in self._bytes(name) and any(
-                    os.path.abspath(dep) == target for dep in self.imports_of(f)
-                ):
+            for name in self._holding(word):
+                if name != target and any(os.path.abspath(dep) == target for dep in self.imports_of(Path(name))):
                     found.append(name)
             self._importers[target] = found
         return self._importers[target]
 
-    def _bytes(self, path: str) -> bytes:
-        data = self._texts.get(path)
-        if data is None:
-            try:
-                data = Path(path).read_bytes()
-            except OSError:
-                data = b""
-            self._texts[path] = data
-        return data
+    def _holding(self, word: str) -> list[str]:
+        """The project files whose text has `word` as a whole word (an index built once)."""
+        if self._words is None:
+            index: dict[str, list[str]] = {}
+            for f in self.files():
+                name = os.path.abspath(f)
+                try:
+                    data = f.read_bytes()
+                except OSError:
+                    continue
+                for token in set(_WORD.findall(data)):
+                    index.setdefault(token.decode("ascii", "replace"), []).append(name)
+            self._words = index
+        return self._words.get(word, [])
 
     def keep_findings(self, path: str, codes: tuple[str, ...], findings: list) -> None:
         """Remember the findings of one file's analysis for the rest of the run."""
@@ -366,6 +369,7 @@ def parse_path(path: Path, project: "Project | None" = None) -> ParsedModule | N
 
 
 _MAX_FILES = 20_000
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_WALKED = frozenset({
     ".git", ".venv", "venv", "env", "build", "dist", "__pycache__", "node_modules", ".tox", ".eggs",
     "site-packages", "dist-packages", "wandb", "mlruns", "outputs", "lightning_logs",

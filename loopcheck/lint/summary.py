@@ -1,15 +1,16 @@
 """Module summaries: what the rest of a project needs to know about a module without its tree.
 
 A summary is plain, picklable data read with the standard `ast` parser (several times cheaper
-than libcst): the module's imports (for the import graph and the cache's dependencies),
-`__all__`, the functions and classes it defines, and the identifiers it mentions (for the cheap
-"could tracing from here ever meet a softmax?" tests). Whether a module must be parsed with
+than libcst, and only its statements are walked): the module's imports (for the import graph and
+the cache's dependencies), `__all__`, the functions and classes it defines, and the words of its
+text (for the cheap "could tracing from here ever meet a softmax?" tests). Whether a module must be parsed with
 libcst, and which files a cached result depends on, are decided from summaries alone.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 
@@ -20,7 +21,7 @@ class ModuleSummary:
     exports: tuple[str, ...] | None  # `__all__` when it is a literal list or tuple
     functions: tuple[str, ...]  # top-level functions
     classes: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]  # (name, bases, methods)
-    identifiers: frozenset[str] = field(repr=False)  # every name and attribute, lower case
+    identifiers: frozenset[str] = field(repr=False)  # every word of the text, lower case
 
     def import_targets(self) -> list[tuple[str, int]]:
         """What an import may load: the module, and each imported name as a submodule
@@ -35,7 +36,7 @@ class ModuleSummary:
         return list(targets)
 
     def mentions_any(self, words: tuple[str, ...]) -> bool:
-        """Whether an identifier of the module contains one of `words` (lower case)."""
+        """Whether a word of the module's text contains one of `words` (lower case)."""
         return any(word in ident for ident in self.identifiers for word in words)
 
 
@@ -46,24 +47,23 @@ def summarize(source: bytes, path: str) -> ModuleSummary | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     imports: list[tuple[str, int, tuple[str, ...]]] = []
-    identifiers: set[str] = set()
     exports: tuple[str, ...] | None = None
-    try:
-        nodes = list(ast.walk(tree))
-    except RecursionError:
-        return None
-    for node in nodes:
-        kind = type(node)
-        if kind is ast.Name:
-            identifiers.add(node.id.lower())  # type: ignore[attr-defined]
-        elif kind is ast.Attribute:
-            identifiers.add(node.attr.lower())  # type: ignore[attr-defined]
-        elif kind is ast.Import:
-            for alias in node.names:  # type: ignore[attr-defined]
-                imports.append((alias.name, 0, ()))
+    # statements only (imports can sit in functions, classes, `if` and `try` bodies): an
+    # expression never holds one, so the much larger expression trees are never walked
+    stack: list[ast.stmt] = list(reversed(tree.body))
+    while stack:
+        stmt = stack.pop()
+        kind = type(stmt)
+        if kind is ast.Import:
+            imports.extend((alias.name, 0, ()) for alias in stmt.names)  # type: ignore[attr-defined]
         elif kind is ast.ImportFrom:
-            names = tuple(alias.name for alias in node.names)  # type: ignore[attr-defined]
-            imports.append((node.module or "", node.level, names))  # type: ignore[attr-defined]
+            names = tuple(alias.name for alias in stmt.names)  # type: ignore[attr-defined]
+            imports.append((stmt.module or "", stmt.level, names))  # type: ignore[attr-defined]
+        else:
+            for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
+                inner = getattr(stmt, attr, None)
+                if inner:
+                    stack.extend(reversed([s for s in inner if isinstance(s, (ast.stmt, ast.excepthandler, ast.match_case))]))  # type: ignore[misc]
     functions: list[str] = []
     classes: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
     for stmt in tree.body:
@@ -76,4 +76,9 @@ def summarize(source: bytes, path: str) -> ModuleSummary | None:
         elif isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets):
             if isinstance(stmt.value, (ast.List, ast.Tuple)):
                 exports = tuple(e.value for e in stmt.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
-    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), frozenset(identifiers))
+    # every word of the text (comments and strings too): "may mention" is all the tests need
+    identifiers = frozenset(w.decode("ascii").lower() for w in set(_WORD.findall(source)))
+    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), identifiers)
+
+
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")

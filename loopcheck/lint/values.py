@@ -20,8 +20,8 @@ from loopcheck.lint.memo import facts, known
 from loopcheck.lint.positions import node_span
 from loopcheck.lint.syntax import CLOSED_KINDS, module_walk
 
-if TYPE_CHECKING:  # rules.base imports every rule family, and those import this module
-    from loopcheck.lint.rules.base import FileContext
+if TYPE_CHECKING:
+    from loopcheck.lint.context import FileContext
 
 DEPTH = 8  # hops followed through assignments, calls and modules
 

@@ -27,7 +27,7 @@ from loopcheck.lint.fixes.base import FIXERS, SourceIndex
 from loopcheck.lint.fixes.edits import Edit, apply_edits, edit_offsets
 
 if TYPE_CHECKING:
-    from loopcheck.lint.rules.base import FileContext
+    from loopcheck.lint.context import FileContext
 
 __all__ = ["FixResult", "fix_source", "describe_fix", "attach_fixes", "fixable_codes", "applicability"]
 
@@ -127,7 +127,7 @@ class _Fixes:
         if finding.fix is not None:
             return finding.fix
         if self._ctx is None:
-            from loopcheck.lint.rules.base import FileContext
+            from loopcheck.lint.context import FileContext
 
             self._ctx = FileContext(self.path, self.source, cst.parse_module(self.source))
         return describe_fix(finding, self._ctx)
