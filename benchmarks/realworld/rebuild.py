@@ -33,10 +33,18 @@ def git_dir(mirrors: Path, repo: Repo) -> Path | None:
     return None
 
 
+def _excluded(path: str, prefix: str) -> bool:
+    """A prefix with one segment (`tests/`) names a folder at any depth; a longer one a path."""
+    prefix = prefix.rstrip("/")
+    if "/" not in prefix:
+        return prefix in path.split("/")[:-1]
+    return path == prefix or path.startswith(prefix + "/")
+
+
 def _included(path: str, repo: Repo) -> bool:
     if not path.endswith(".py"):
         return False
-    if any(path == p or path.startswith(p.rstrip("/") + "/") for p in repo.exclude):
+    if any(_excluded(path, p) for p in repo.exclude):
         return False
     return not repo.paths or any(
         path == p or path.startswith(p.rstrip("/") + "/") for p in repo.paths
