@@ -94,6 +94,13 @@ def collect(repo_name: str, root: Path, report: dict) -> dict:
     }
 
 
+def _project_commit() -> str | None:
+    """The commit of the project checkout that holds this script (which linter was measured)."""
+    proc = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scratch", nargs="?", type=Path, default=DEFAULT_OUT,
@@ -113,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"version": 1, "repos": {}}
     if args.only and out.exists():  # refresh some repositories, keep the others
         result = json.loads(out.read_text())
+    result["linter"] = {"command": args.loopcheck, "commit": _project_commit()}
     missing = 0
     for repo in repos:
         root = args.scratch / repo.slug

@@ -138,6 +138,7 @@ def score(data: dict, verdicts: list[Verdict]) -> dict:
     for v in stale:
         gone[v.verdict] += 1
     return {
+        "linter": data.get("linter", {}),
         "repos": len(data["repos"]),
         "lines": lines,
         "parse_errors": sum(len(rec.get("errors", ())) for rec in data["repos"].values()),
@@ -156,8 +157,10 @@ def _pct(p: float | None) -> str:
 
 
 def render(result: dict) -> str:
+    linter = result["linter"].get("commit")
     out = [f"{result['repos']} repositories, {result['lines']} lines linted, "
-           f"{result['parse_errors']} files not analysed", ""]
+           f"{result['parse_errors']} files not analysed"
+           + (f" (project at {linter})" if linter else ""), ""]
     head = f"{'':10s} {'findings':>8s} {'per 1k':>7s} {'tp':>4s} {'fp':>4s} {'deb':>4s} {'unj':>4s} {'precision':>9s}"
     out.append(head)
     for sev, t in result["severity"].items():
@@ -194,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"score: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=1) if args.json else render(result))
+    try:
+        print(json.dumps(result, indent=1) if args.json else render(result))
+    except BrokenPipeError:  # the report piped into head: the reader has what it wanted
+        sys.stderr.close()
     return 0
 
 

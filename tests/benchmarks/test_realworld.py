@@ -186,3 +186,19 @@ def test_rebuild_writes_only_python_files_of_the_listed_paths(tmp_path: Path, ca
     assert "1 files       2 lines" in captured.out
     assert "MISSING acme/absent" in captured.err
     assert "git clone --bare https://github.com/acme/absent.git" in captured.err
+
+
+def test_collect_keys_findings_by_repository_path_and_function(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "loop.py").write_text(
+        "def fit(model, loader, opt):\n    for x in loader:\n        model(x).backward()\n        opt.step()\n")
+    report = {"findings": [{"code": "LC101", "severity": "error", "path": "./pkg/loop.py", "line": 4,
+                            "message": "never reset"}],
+              "errors": [{"path": "./pkg/old.py", "line": 1, "message": "Python 2"}]}
+
+    record = run.collect("acme/trainer", tmp_path, report)
+
+    assert record["lines"] == 4 and record["files"] == 1
+    assert record["findings"] == [{"repo": "acme/trainer", "path": "pkg/loop.py", "line": 4, "code": "LC101",
+                                   "severity": "error", "function": "fit", "message": "never reset"}]
+    assert record["errors"][0]["path"] == "pkg/old.py"
