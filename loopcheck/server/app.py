@@ -1,0 +1,309 @@
+"""The pygls wiring: open documents, debounced checks, diagnostics, code actions, hover.
+
+A document is checked when it is opened and saved (at once) and after each change (once the
+edits pause for `debounce` milliseconds). Checks run one at a time on a worker thread, so the
+server keeps answering while a long file is analysed; a result for a text that has changed since
+is dropped, and the newer text's check publishes instead. Saving any file checks every open
+document again, as they may import it; saving a configuration file does the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+from pygls.workspace import TextDocument
+
+from loopcheck import __version__
+from loopcheck.errors import ConfigError
+from loopcheck.findings import Finding
+from loopcheck.server import actions, checks
+from loopcheck.server.convert import Positions, contains, diagnostic, error_diagnostic, message_diagnostic, overlaps
+from loopcheck.server.hover import code_in_comment, hover, rule_markdown
+from loopcheck.server.settings import CONFIG_FILES, Configurations, Settings
+
+T = TypeVar("T")
+
+log = logging.getLogger("loopcheck.server")
+
+
+@dataclass
+class Checked:
+    """The result of checking one version of a document."""
+
+    version: int | None
+    text: str
+    findings: list[Finding] = field(default_factory=list)
+    diagnostics: list[types.Diagnostic] = field(default_factory=list)  # findings' first, in order
+
+
+def _path(document: TextDocument) -> Path | None:
+    if not document.uri.startswith("file:"):
+        return None
+    path = to_fs_path(document.uri)
+    return Path(path) if path else None
+
+
+def _is_python(document: TextDocument) -> bool:
+    if document.language_id:
+        return document.language_id == "python"
+    return document.uri.endswith((".py", ".pyi"))
+
+
+class LoopcheckServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("loopcheck", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.root = Path.cwd()
+        self.settings = Settings()
+        self.settings_error: str | None = None
+        self.configs = Configurations(self.settings, self.root)
+        self.checked: dict[str, Checked] = {}
+        self.pending: dict[str, asyncio.Task] = {}
+        # one check at a time: the engine's caches are not meant to be shared between threads
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopcheck-check")
+
+    # -- settings ------------------------------------------------------------------------------
+
+    def apply_settings(self, raw: Any) -> None:
+        try:
+            self.settings = Settings.from_client(raw, self.root)
+            self.settings_error = None
+        except ConfigError as exc:
+            self.settings, self.settings_error = Settings(), str(exc)
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"loopcheck: {exc}"))
+        self.configs = Configurations(self.settings, self.root)
+
+    # -- checking ------------------------------------------------------------------------------
+
+    async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
+
+    def _diagnose(self, path: Path | None, text: str) -> checks.Diagnosis | str | None:
+        """What the engine says about a text: a Diagnosis, a configuration problem (str), or
+        None for an excluded file."""
+        if self.settings_error is not None:
+            return self.settings_error
+        try:
+            config = self.configs.for_path(path)
+        except ConfigError as exc:
+            return str(exc)
+        if self.configs.excluded(config, path):
+            return None
+        return checks.diagnose(path, text, config)
+
+    async def check(self, uri: str) -> Checked | None:
+        """Check the document's current text; None when it changed or closed meanwhile."""
+        document = self.workspace.text_documents.get(uri)
+        if document is None or not _is_python(document):
+            return None
+        version, text, path = document.version, document.source, _path(document)
+        outcome = await self.on_worker(self._diagnose, path, text)
+        document = self.workspace.text_documents.get(uri)
+        if document is None or document.version != version or document.source != text:
+            return None
+        positions = Positions(document.lines, document.position_codec)
+        result = Checked(version, text)
+        if isinstance(outcome, str):
+            result.diagnostics = [message_diagnostic(f"loopcheck configuration: {outcome}")]
+        elif outcome is not None:
+            result.findings = outcome.findings
+            result.diagnostics = [diagnostic(f, positions) for f in outcome.findings]
+            result.diagnostics += [error_diagnostic(e, positions) for e in outcome.errors]
+        self.checked[uri] = result
+        return result
+
+    async def publish(self, uri: str, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        result = await self.check(uri)
+        if result is not None:
+            self.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, diagnostics=result.diagnostics, version=result.version)
+            )
+
+    def schedule(self, uri: str, *, debounce: bool = False) -> None:
+        """Check a document soon; a newer request replaces one that has not finished."""
+        old = self.pending.pop(uri, None)
+        if old is not None:
+            old.cancel()
+        delay = self.settings.debounce_ms / 1000 if debounce else 0.0
+        task = asyncio.ensure_future(self.publish(uri, delay))
+        self.pending[uri] = task
+        task.add_done_callback(lambda t, uri=uri: self._done(uri, t))
+
+    def _done(self, uri: str, task: asyncio.Task) -> None:
+        if self.pending.get(uri) is task:
+            del self.pending[uri]
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.error("checking %s failed: %s: %s", uri, type(exc).__name__, exc)
+            self.window_log_message(types.LogMessageParams(
+                type=types.MessageType.Error, message=f"loopcheck: checking {uri} failed: {type(exc).__name__}: {exc}"))
+
+    def schedule_all(self) -> None:
+        for uri in list(self.workspace.text_documents):
+            self.schedule(uri)
+
+    async def current(self, uri: str) -> Checked | None:
+        """The check of the document's current version (checked now when it is not yet)."""
+        document = self.workspace.text_documents.get(uri)
+        if document is None:
+            return None
+        result = self.checked.get(uri)
+        if result is not None and result.version == document.version and result.text == document.source:
+            return result
+        return await self.check(uri)
+
+    def forget(self, uri: str) -> None:
+        task = self.pending.pop(uri, None)
+        if task is not None:
+            task.cancel()
+        self.checked.pop(uri, None)
+
+    # -- code actions and hover ----------------------------------------------------------------
+
+    def _versioned_edits(self) -> bool:
+        caps = self.client_capabilities.workspace
+        edit = caps.workspace_edit if caps else None
+        return bool(edit and edit.document_changes)
+
+    async def code_actions(self, params: types.CodeActionParams) -> list[types.CodeAction]:
+        uri = params.text_document.uri
+        result = await self.current(uri)
+        if result is None:
+            return []
+        document = self.workspace.get_text_document(uri)
+        positions = Positions(document.lines, document.position_codec)
+        only = params.context.only
+        versioned = self._versioned_edits()
+
+        def edit_of(edits: list[types.TextEdit]) -> types.WorkspaceEdit:
+            return actions.workspace_edit(uri, result.version, edits, versioned)
+
+        out: list[types.CodeAction] = []
+        if actions.wanted(types.CodeActionKind.QuickFix, only):
+            for finding, diag in zip(result.findings, result.diagnostics):
+                if not overlaps(diag.range, params.range):
+                    continue
+                edits = actions.fix_edits(finding, positions)
+                if edits:
+                    out.append(actions.fix_action(finding, diag, edit_of(edits)))
+                noqa = actions.noqa_edit(result.text, finding.line or 1, finding.code)
+                if noqa is not None:
+                    out.append(actions.noqa_action(finding, diag, edit_of([positions.text_edit(noqa)])))
+        if actions.wanted(actions.FIX_ALL, only) and any(
+            (f.fix or {}).get("applicability") in self._fix_kinds() for f in result.findings
+        ):
+            path = _path(document)
+            try:
+                config = self.configs.for_path(path)
+            except ConfigError:
+                return out
+            unsafe = self.settings.unsafe_fixes
+            fixed = await self.on_worker(lambda: checks.fix_all(path, result.text, config, unsafe=unsafe))
+            if fixed != result.text and self.workspace.get_text_document(uri).version == result.version:
+                edits = actions.text_edits_between(result.text, fixed, positions)
+                out.append(actions.fix_all_action(edit_of(edits), unsafe))
+        return out
+
+    def _fix_kinds(self) -> set[str]:
+        return {"safe", "unsafe"} if self.settings.unsafe_fixes else {"safe"}
+
+    async def hover(self, params: types.HoverParams) -> types.Hover | None:
+        uri = params.text_document.uri
+        document = self.workspace.text_documents.get(uri)
+        if document is None or not _is_python(document):
+            return None
+        result = self.checked.get(uri)
+        if result is not None and result.version == document.version:
+            for finding, diag in zip(result.findings, result.diagnostics):
+                if contains(diag.range, params.position):
+                    text = rule_markdown(finding.code, finding)
+                    if text is not None:
+                        return hover(text, diag.range)
+        positions = Positions(document.lines, document.position_codec)
+        line, column = positions.server_position(params.position)
+        if line > len(document.lines):
+            return None
+        named = code_in_comment(document.lines[line - 1].rstrip("\r\n"), column)
+        if named is None:
+            return None
+        code, start, end = named
+        return hover(rule_markdown(code) or "", positions.range(line, start, line, end))
+
+
+def _config_file(uri: str) -> bool:
+    return uri.rsplit("/", 1)[-1] in CONFIG_FILES
+
+
+def build() -> LoopcheckServer:
+    server = LoopcheckServer()
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: LoopcheckServer, params: types.InitializeParams) -> None:
+        root = ls.workspace.root_path
+        if root:
+            ls.root = Path(root)
+        ls.apply_settings(params.initialization_options)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(ls: LoopcheckServer, params: types.DidChangeConfigurationParams) -> None:
+        settings = params.settings
+        if isinstance(settings, dict) and "loopcheck" in settings:
+            ls.apply_settings(settings["loopcheck"])
+            ls.schedule_all()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: LoopcheckServer, params: types.DidOpenTextDocumentParams) -> None:
+        ls.schedule(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: LoopcheckServer, params: types.DidChangeTextDocumentParams) -> None:
+        ls.schedule(params.text_document.uri, debounce=True)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: LoopcheckServer, params: types.DidSaveTextDocumentParams) -> None:
+        ls.schedule_all()  # the saved file may be imported by the others, or configure them
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched(ls: LoopcheckServer, params: types.DidChangeWatchedFilesParams) -> None:
+        if any(_config_file(change.uri) or change.uri.endswith(".py") for change in params.changes):
+            ls.schedule_all()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: LoopcheckServer, params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.forget(uri)
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, actions.FIX_ALL]),
+    )
+    async def code_action(ls: LoopcheckServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        return await ls.code_actions(params)
+
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    async def on_hover(ls: LoopcheckServer, params: types.HoverParams) -> types.Hover | None:
+        return await ls.hover(params)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: LoopcheckServer, params: Any = None) -> None:
+        for uri in list(ls.pending):
+            ls.forget(uri)
+        ls.worker.shutdown(wait=False, cancel_futures=True)
+
+    return server
+
+
+def serve() -> None:
+    """Speak LSP on stdin / stdout until the client says exit."""
+    logging.basicConfig(level=logging.WARNING, format="loopcheck server: %(levelname)s: %(message)s")
+    build().start_io()

@@ -1,0 +1,53 @@
+"""The server's one seam into the lint engine: diagnose a buffer, fix a buffer.
+
+Everything the server knows about findings comes through `diagnose` and `fix_all`; they apply a
+file's configuration exactly as `loopcheck lint` does (`command.apply_config`, `enabled_for`),
+so switching the engine behind them (to a cached project model) changes only this module.
+
+The buffer's own text is checked, not the file on disk; the local modules it imports are read
+from disk (the engine's project index), so an unsaved edit in one of them is seen once it is
+saved. Only findings located in the buffer itself are returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopcheck.findings import Finding
+from loopcheck.lint.command import apply_config, enabled_for
+from loopcheck.lint.config import Config
+from loopcheck.lint.output import FileError
+
+UNTITLED = "<untitled>"  # the engine's name for a buffer that is not a file: no local imports
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    findings: list[Finding]
+    errors: list[FileError]
+
+
+def _name(path: Path | None) -> str:
+    return str(path) if path is not None else UNTITLED
+
+
+def diagnose(path: Path | None, text: str, config: Config) -> Diagnosis:
+    """Findings and errors of one buffer's text, under the configuration of its file."""
+    from loopcheck.lint.engine import check_source
+    from loopcheck.lint.project import ProjectIndex
+
+    where = path if path is not None else Path(UNTITLED)
+    project = ProjectIndex() if path is not None else None
+    result = check_source(text, _name(path), enabled=enabled_for(config, where), project=project)
+    outcome = apply_config(where, config, result, text.encode("utf-8", "surrogatepass"))
+    own = str(where.resolve())
+    return Diagnosis([f for f in outcome.findings if f.path == own], outcome.errors)
+
+
+def fix_all(path: Path | None, text: str, config: Config, *, unsafe: bool = False) -> str:
+    """The buffer's text with every enabled fix applied, as `loopcheck lint --fix` applies them."""
+    from loopcheck.lint.fixes import fix_source
+
+    where = path if path is not None else Path(UNTITLED)
+    return fix_source(text, _name(path), unsafe=unsafe, enabled=enabled_for(config, where)).source
