@@ -46,7 +46,8 @@ class LspClient:
         self._next_id = 0
         self._lock = threading.Condition()
         self._responses: dict[int, dict] = {}
-        self.notifications: deque[dict] = deque()
+        self.notifications: deque[dict] = deque()  # not yet consumed by wait_for
+        self.received: list[dict] = []  # every notification, in order
         self.stderr: list[bytes] = []
         self._write_lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
@@ -89,6 +90,7 @@ class LspClient:
                     self._responses[message["id"]] = message
                 else:
                     self.notifications.append(message)
+                    self.received.append(message)
                 self._lock.notify_all()
 
     def _drain_stderr(self) -> None:
