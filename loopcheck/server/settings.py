@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from loopcheck.errors import ConfigError
-from loopcheck.lint.config import Config, Overrides, Resolver
+from loopcheck.lint.config import Config, Overrides, Resolver, parse_selectors
 
 CONFIG_FILES = ("loopcheck.toml", "pyproject.toml")
 DEFAULT_DEBOUNCE_MS = 250
@@ -75,13 +75,11 @@ class Settings:
 
 
 def _codes(raw: dict, key: str) -> str | None:
-    """A list of codes (or a comma-separated string) as the command line's comma-separated form."""
+    """A list of codes (or a comma-separated string), checked, in the command line's form."""
     value = raw.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return ",".join(value)
-    raise ConfigError(f"server settings: {key}: expected a list of rule codes, got {value!r}")
+    if value is None:
+        return None
+    return ",".join(parse_selectors(value, f"server settings: {key}"))
 
 
 def _flag(raw: dict, key: str) -> bool:
