@@ -151,6 +151,11 @@ class LoopcheckServer(LanguageServer):
         for uri in list(self.workspace.text_documents):
             self.schedule(uri)
 
+    def recheck_all(self) -> None:
+        """Check every open document again after files changed on disk."""
+        self.worker.submit(checks.forget_imports)  # on the worker: never while a check runs
+        self.schedule_all()
+
     async def current(self, uri: str) -> Checked | None:
         """The check of the document's current version (checked now when it is not yet)."""
         document = self.workspace.text_documents.get(uri)
@@ -270,12 +275,12 @@ def build() -> LoopcheckServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: LoopcheckServer, params: types.DidSaveTextDocumentParams) -> None:
-        ls.schedule_all()  # the saved file may be imported by the others, or configure them
+        ls.recheck_all()  # the saved file may be imported by the others (a new one, even), or configure them
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched(ls: LoopcheckServer, params: types.DidChangeWatchedFilesParams) -> None:
         if any(_config_file(change.uri) or change.uri.endswith(".py") for change in params.changes):
-            ls.schedule_all()
+            ls.recheck_all()
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LoopcheckServer, params: types.DidCloseTextDocumentParams) -> None:

@@ -7,12 +7,17 @@ so switching the engine behind them (to a cached project model) changes only thi
 The buffer's own text is checked, not the file on disk; the local modules it imports are read
 from disk (the engine's project index), so an unsaved edit in one of them is seen once it is
 saved. Only findings located in the buffer itself are returned.
+
+One project index serves every check: it remembers where each import resolved to (the parsed
+modules themselves are cached by the engine and re-read when a file's size or time changes).
+`forget_imports()` drops those answers when files may have been created, moved or deleted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loopcheck.findings import Finding
 from loopcheck.lint.command import apply_config, enabled_for
@@ -20,6 +25,8 @@ from loopcheck.lint.config import Config
 from loopcheck.lint.output import FileError
 
 UNTITLED = "<untitled>"  # the engine's name for a buffer that is not a file: no local imports
+
+_project: Any = None
 
 
 @dataclass(frozen=True)
@@ -32,13 +39,27 @@ def _name(path: Path | None) -> str:
     return str(path) if path is not None else UNTITLED
 
 
+def forget_imports() -> None:
+    """Resolve local imports afresh from now on (files were created, renamed or deleted)."""
+    global _project
+    _project = None
+
+
+def _project_index() -> Any:
+    global _project
+    if _project is None:
+        from loopcheck.lint.project import ProjectIndex
+
+        _project = ProjectIndex()
+    return _project
+
+
 def diagnose(path: Path | None, text: str, config: Config) -> Diagnosis:
     """Findings and errors of one buffer's text, under the configuration of its file."""
     from loopcheck.lint.engine import check_source
-    from loopcheck.lint.project import ProjectIndex
 
     where = path if path is not None else Path(UNTITLED)
-    project = ProjectIndex() if path is not None else None
+    project = _project_index() if path is not None else None
     result = check_source(text, _name(path), enabled=enabled_for(config, where), project=project)
     outcome = apply_config(where, config, result, text.encode("utf-8", "surrogatepass"))
     own = str(where.resolve())
