@@ -23,3 +23,31 @@ def test_without_pygls_the_command_says_what_to_install(monkeypatch: pytest.Monk
 def test_the_command_is_listed_in_the_help():
     result = CliRunner().invoke(app, ["--help"])
     assert result.exit_code == 0 and "server" in result.stdout
+
+
+def test_the_readme_setup_blocks_are_valid_and_list_every_setting(repo_root):
+    import json
+    import re
+    import tomllib
+
+    from loopcheck.server.settings import _KEYS, Settings
+
+    readme = (repo_root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Editors: `loopcheck server`", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| `")]
+    documented = {name for line in table for name in re.findall(r"`(\w+)`", line.split("|")[1])}
+    assert documented == set(_KEYS)
+
+    vscode = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    assert [vscode["glspc.server.command"], *vscode["glspc.server.commandArguments"]] == ["loopcheck", "server"]
+    Settings.from_client(vscode["glspc.server.initializationOptions"], repo_root)
+    assert "source.fixAll.loopcheck" in vscode["editor.codeActionsOnSave"]
+
+    helix = tomllib.loads(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    server = helix["language-server"]["loopcheck"]
+    assert [server["command"], *server["args"]] == ["loopcheck", "server"]
+    Settings.from_client(server["config"], repo_root)
+    assert "loopcheck" in helix["language"][0]["language-servers"]
+
+    lua = re.search(r"```lua\n(.*?)```", section, re.S).group(1)
+    assert 'cmd = { "loopcheck", "server" }' in lua
