@@ -28,8 +28,8 @@ def test_the_command_is_listed_in_the_help():
 def test_the_readme_setup_blocks_are_valid_and_list_every_setting(repo_root):
     import json
     import re
-    import tomllib
 
+    from loopcheck.lint.config import tomllib  # tomli before Python 3.11
     from loopcheck.server.settings import _KEYS, Settings
 
     readme = (repo_root / "README.md").read_text(encoding="utf-8")
