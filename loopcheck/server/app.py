@@ -4,7 +4,8 @@ A document is checked when it is opened and saved (at once) and after each chang
 edits pause for `debounce` milliseconds). Checks run one at a time on a worker thread, so the
 server keeps answering while a long file is analysed; a result for a text that has changed since
 is dropped, and the newer text's check publishes instead. Saving any file checks every open
-document again, as they may import it; saving a configuration file does the same.
+document again, as they may import it; saving a configuration file does the same. A notebook
+is checked as a whole (its code cells as one module) and each cell gets its own diagnostics.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pygls.workspace import TextDocument
 from loopcheck import __version__
 from loopcheck.errors import ConfigError
 from loopcheck.findings import Finding
-from loopcheck.server import actions, checks
+from loopcheck.lint.output import FileError
+from loopcheck.server import actions, checks, notebooks
 from loopcheck.server.convert import Positions, contains, diagnostic, error_diagnostic, message_diagnostic, overlaps
 from loopcheck.server.hover import code_in_comment, hover, rule_markdown
 from loopcheck.server.settings import CONFIG_FILES, Configurations, Settings
@@ -59,7 +61,15 @@ def _is_python(document: TextDocument) -> bool:
 
 class LoopcheckServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("loopcheck", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__(
+            "loopcheck",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=types.NotebookDocumentSyncOptions(
+                notebook_selector=[types.NotebookDocumentFilterWithCells(cells=[types.NotebookCellLanguage(language="python")])],
+                save=True,
+            ),
+        )
         self.root = Path.cwd()
         self.settings = Settings()
         self.settings_error: str | None = None
@@ -98,34 +108,80 @@ class LoopcheckServer(LanguageServer):
             return None
         return checks.diagnose(path, text, config)
 
-    async def check(self, uri: str) -> Checked | None:
-        """Check the document's current text; None when it changed or closed meanwhile."""
-        document = self.workspace.text_documents.get(uri)
-        if document is None or not _is_python(document):
-            return None
-        version, text, path = document.version, document.source, _path(document)
-        outcome = await self.on_worker(self._diagnose, path, text)
-        document = self.workspace.text_documents.get(uri)
-        if document is None or document.version != version or document.source != text:
-            return None
+    @staticmethod
+    def _checked(document: TextDocument, outcome: "tuple[list[Finding], list[FileError]] | str | None") -> Checked:
         positions = Positions(document.lines, document.position_codec)
-        result = Checked(version, text)
+        result = Checked(document.version, document.source)
         if isinstance(outcome, str):
             result.diagnostics = [message_diagnostic(f"loopcheck configuration: {outcome}")]
         elif outcome is not None:
-            result.findings = outcome.findings
-            result.diagnostics = [diagnostic(f, positions) for f in outcome.findings]
-            result.diagnostics += [error_diagnostic(e, positions) for e in outcome.errors]
-        self.checked[uri] = result
+            findings, errors = outcome
+            result.findings = findings
+            result.diagnostics = [diagnostic(f, positions) for f in findings]
+            result.diagnostics += [error_diagnostic(e, positions) for e in errors]
         return result
 
+    def _unchanged(self, uri: str, version: int | None, text: str) -> TextDocument | None:
+        document = self.workspace.text_documents.get(uri)
+        if document is None or document.version != version or document.source != text:
+            return None
+        return document
+
+    async def check(self, uri: str) -> Checked | None:
+        """Check the document's current text; None when it changed or closed meanwhile.
+        A notebook cell is checked with its notebook."""
+        notebook = self.workspace.get_notebook_document(cell_uri=uri)
+        if notebook is not None:
+            return (await self.check_notebook(notebook.uri) or {}).get(uri)
+        document = self.workspace.text_documents.get(uri)
+        if document is None or not _is_python(document):
+            return None
+        version, text = document.version, document.source
+        outcome = await self.on_worker(self._diagnose, _path(document), text)
+        document = self._unchanged(uri, version, text)
+        if document is None:
+            return None
+        if isinstance(outcome, checks.Diagnosis):
+            outcome = (outcome.findings, outcome.errors)
+        result = self.checked[uri] = self._checked(document, outcome)
+        return result
+
+    async def check_notebook(self, uri: str) -> dict[str, Checked] | None:
+        """Check a notebook's code cells as one module; each cell's result, or None when a cell
+        changed meanwhile."""
+        notebook = self.workspace.get_notebook_document(notebook_uri=uri)
+        if notebook is None:
+            return None
+        snapshot = []
+        for cell in notebook.cells:
+            document = self.workspace.text_documents.get(cell.document)
+            if cell.kind == types.NotebookCellKind.Code and document is not None and _is_python(document):
+                snapshot.append((cell.document, document.version, document.source))
+        source, cells = notebooks.module_source(snapshot)
+        path = Path(to_fs_path(uri)) if uri.startswith("file:") else None
+        outcome = await self.on_worker(self._diagnose, path, source)
+        documents = [self._unchanged(c.uri, c.version, c.text) for c in cells]
+        if any(d is None for d in documents):
+            return None
+        parts = notebooks.split(cells, outcome.findings, outcome.errors) if isinstance(outcome, checks.Diagnosis) else None
+        results = {}
+        for cell, document in zip(cells, documents):
+            results[cell.uri] = self._checked(document, parts[cell.uri] if parts is not None else outcome)
+        self.checked.update(results)
+        return results
+
     async def publish(self, uri: str, delay: float = 0.0) -> None:
+        """Check a document (or a notebook) and publish its diagnostics (each cell's)."""
         if delay:
             await asyncio.sleep(delay)
-        result = await self.check(uri)
-        if result is not None:
+        if uri in self.workspace.notebook_documents:
+            results = await self.check_notebook(uri) or {}
+        else:
+            result = await self.check(uri)
+            results = {uri: result} if result is not None else {}
+        for target, result in results.items():
             self.text_document_publish_diagnostics(
-                types.PublishDiagnosticsParams(uri=uri, diagnostics=result.diagnostics, version=result.version)
+                types.PublishDiagnosticsParams(uri=target, diagnostics=result.diagnostics, version=result.version)
             )
 
     def schedule(self, uri: str, *, debounce: bool = False) -> None:
@@ -149,6 +205,9 @@ class LoopcheckServer(LanguageServer):
 
     def schedule_all(self) -> None:
         for uri in list(self.workspace.text_documents):
+            if self.workspace.get_notebook_document(cell_uri=uri) is None:
+                self.schedule(uri)
+        for uri in list(self.workspace.notebook_documents):
             self.schedule(uri)
 
     def recheck_all(self) -> None:
@@ -203,7 +262,8 @@ class LoopcheckServer(LanguageServer):
                 noqa = actions.noqa_edit(result.text, finding.line or 1, finding.code)
                 if noqa is not None:
                     out.append(actions.noqa_action(finding, diag, edit_of([positions.text_edit(noqa)])))
-        if actions.wanted(actions.FIX_ALL, only) and any(
+        in_notebook = self.workspace.get_notebook_document(cell_uri=uri) is not None
+        if not in_notebook and actions.wanted(actions.FIX_ALL, only) and any(
             (f.fix or {}).get("applicability") in self._fix_kinds() for f in result.findings
         ):
             path = _path(document)
@@ -287,6 +347,25 @@ def build() -> LoopcheckServer:
         uri = params.text_document.uri
         ls.forget(uri)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def notebook_did_open(ls: LoopcheckServer, params: types.DidOpenNotebookDocumentParams) -> None:
+        ls.schedule(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def notebook_did_change(ls: LoopcheckServer, params: types.DidChangeNotebookDocumentParams) -> None:
+        ls.schedule(params.notebook_document.uri, debounce=True)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    def notebook_did_save(ls: LoopcheckServer, params: types.DidSaveNotebookDocumentParams) -> None:
+        ls.recheck_all()
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def notebook_did_close(ls: LoopcheckServer, params: types.DidCloseNotebookDocumentParams) -> None:
+        ls.forget(params.notebook_document.uri)
+        for cell in params.cell_text_documents:
+            ls.forget(cell.uri)
+            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,

@@ -26,6 +26,7 @@ CLIENT_CAPABILITIES = {
         "hover": {"contentFormat": ["markdown", "plaintext"]},
         "synchronization": {"didSave": True},
     },
+    "notebookDocument": {"synchronization": {}},
     "general": {"positionEncodings": ["utf-16"]},
 }
 
@@ -120,14 +121,14 @@ class LspClient:
         return response.get("result")
 
     def wait_for(self, method: str, where: Callable[[dict], bool] = lambda p: True) -> dict:
-        """The params of the first notification of `method` that satisfies `where` (earlier
-        ones of that method are consumed)."""
+        """The params of the oldest notification of `method` that satisfies `where`, taken out
+        of the queue (the others stay there)."""
         deadline = time.monotonic() + self.timeout
         with self._lock:
             while True:
-                while self.notifications:
-                    message = self.notifications.popleft()
+                for message in self.notifications:
                     if message.get("method") == method and where(message.get("params") or {}):
+                        self.notifications.remove(message)
                         return message["params"]
                 left = deadline - time.monotonic()
                 if left <= 0 or self.proc.poll() is not None:
