@@ -127,6 +127,14 @@ class LoopcheckServer(LanguageServer):
             return None
         return document
 
+    def _fix_all(self, path: Path | None, text: str, unsafe: bool) -> str | None:
+        """The text with the file's fixes applied (None when its configuration is broken)."""
+        try:
+            config = self.configs.for_path(path)
+        except ConfigError:
+            return None
+        return checks.fix_all(path, text, config, unsafe=unsafe)
+
     async def check(self, uri: str) -> Checked | None:
         """Check the document's current text; None when it changed or closed meanwhile.
         A notebook cell is checked with its notebook."""
@@ -266,14 +274,9 @@ class LoopcheckServer(LanguageServer):
         if not in_notebook and actions.wanted(actions.FIX_ALL, only) and any(
             (f.fix or {}).get("applicability") in self._fix_kinds() for f in result.findings
         ):
-            path = _path(document)
-            try:
-                config = self.configs.for_path(path)
-            except ConfigError:
-                return out
             unsafe = self.settings.unsafe_fixes
-            fixed = await self.on_worker(lambda: checks.fix_all(path, result.text, config, unsafe=unsafe))
-            if fixed != result.text and self.workspace.get_text_document(uri).version == result.version:
+            fixed = await self.on_worker(self._fix_all, _path(document), result.text, unsafe)
+            if fixed is not None and fixed != result.text and self.workspace.get_text_document(uri).version == result.version:
                 edits = actions.text_edits_between(result.text, fixed, positions)
                 out.append(actions.fix_all_action(edit_of(edits), unsafe))
         return out
