@@ -154,6 +154,13 @@ def path(shared: tuple[LspClient, Path], request: pytest.FixtureRequest) -> Path
     return shared[1] / f"{request.node.name}.py"
 
 
+def opened(server: LspClient, path: Path, text: str) -> list[dict]:
+    """Write a file, open it in the editor, and return its first diagnostics."""
+    write(path, text)
+    server.open(path, text)
+    return server.diagnostics(path, version=1)
+
+
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

@@ -10,7 +10,7 @@ from loopcheck import __version__
 from loopcheck.catalog import page
 from loopcheck.lint.fixes import fix_source
 
-from .conftest import BUGGY, FIXED, apply_edits, document_edits, expected, found, position_of, write
+from .conftest import BUGGY, FIXED, apply_edits, document_edits, expected, found, opened, position_of, write
 from .lsp import LspClient
 
 
@@ -44,9 +44,7 @@ def test_initialize_announces_diagnostics_actions_and_hover(project):
 
 
 def test_open_publishes_each_finding_at_its_range(server, path):
-    write(path, BUGGY)
-    server.open(path, BUGGY)
-    diagnostics = server.diagnostics(path, version=1)
+    diagnostics = opened(server, path, BUGGY)
     assert found(diagnostics) == expected(BUGGY)
     lc102 = next(d for d in diagnostics if d["code"] == "LC102")
     start = position_of(BUGGY, "optimizer.zero_grad()")
@@ -58,9 +56,7 @@ def test_open_publishes_each_finding_at_its_range(server, path):
 
 
 def test_a_change_that_fixes_the_loop_clears_the_diagnostics(server, path):
-    write(path, BUGGY)
-    server.open(path, BUGGY)
-    assert server.diagnostics(path, version=1)
+    assert opened(server, path, BUGGY)
     # the editor sends the edit as ranges: the reset moved above backward, weights_only added
     reset = position_of(BUGGY, "optimizer.zero_grad()")
     backward = position_of(BUGGY, "loss.backward()")
@@ -80,9 +76,7 @@ def test_a_change_that_fixes_the_loop_clears_the_diagnostics(server, path):
 
 
 def test_the_quick_fix_applies_cleanly_and_matches_lint_fix(server, path):
-    write(path, BUGGY)
-    server.open(path, BUGGY)
-    diagnostics = server.diagnostics(path, version=1)
+    diagnostics = opened(server, path, BUGGY)
     actions = _actions(server, path, _range_of(diagnostics, "LC102"), only=["quickfix"])
     fix = next(a for a in actions if a["title"].startswith("Fix LC102"))
     assert fix["kind"] == "quickfix" and fix["isPreferred"] is True
@@ -95,9 +89,7 @@ def test_the_quick_fix_applies_cleanly_and_matches_lint_fix(server, path):
 
 
 def test_an_unsafe_fix_is_offered_but_never_preferred(server, path):
-    write(path, BUGGY)
-    server.open(path, BUGGY)
-    diagnostics = server.diagnostics(path, version=1)
+    diagnostics = opened(server, path, BUGGY)
     actions = _actions(server, path, _range_of(diagnostics, "LC508"), only=["quickfix"])
     fix = next(a for a in actions if a["title"].startswith("Fix LC508 (unsafe)"))
     assert fix["isPreferred"] is False
@@ -128,9 +120,7 @@ def test_fix_all_applies_the_safe_fixes_unless_unsafe_fixes_are_turned_on(start,
 
 
 def test_the_noqa_action_silences_the_finding_on_its_line(server, path):
-    write(path, BUGGY)
-    server.open(path, BUGGY)
-    diagnostics = server.diagnostics(path, version=1)
+    diagnostics = opened(server, path, BUGGY)
     actions = _actions(server, path, _range_of(diagnostics, "LC102"))
     noqa = next(a for a in actions if "noqa" in a["title"])
     assert noqa["title"] == "Silence LC102 on this line (# noqa)"
@@ -141,16 +131,12 @@ def test_the_noqa_action_silences_the_finding_on_its_line(server, path):
 
 
 def test_actions_for_a_range_without_findings_are_empty(server, path):
-    write(path, FIXED)
-    server.open(path, FIXED)
-    assert server.diagnostics(path, version=1) == []
+    assert opened(server, path, FIXED) == []
     assert _actions(server, path, {"start": {"line": 0, "character": 0}, "end": {"line": 20, "character": 0}}) == []
 
 
 def test_hover_on_a_finding_shows_its_message_and_rule_page(server, path):
-    write(path, BUGGY)
-    server.open(path, BUGGY)
-    diagnostics = server.diagnostics(path, version=1)
+    diagnostics = opened(server, path, BUGGY)
     lc102 = next(d for d in diagnostics if d["code"] == "LC102")
     inside = dict(lc102["range"]["start"], character=lc102["range"]["start"]["character"] + 5)
     result = server.request("textDocument/hover", {"textDocument": {"uri": path.as_uri()}, "position": inside})
@@ -164,9 +150,7 @@ def test_hover_on_a_finding_shows_its_message_and_rule_page(server, path):
 
 def test_hover_on_a_code_in_a_noqa_comment_shows_its_page(server, path):
     source = FIXED.replace("optimizer.step()\n", "optimizer.step()  # noqa: LC201\n")
-    write(path, source)
-    server.open(path, source)
-    server.diagnostics(path, version=1)
+    opened(server, path, source)
     at = position_of(source, "LC201")
     result = server.request("textDocument/hover", {"textDocument": {"uri": path.as_uri()}, "position": dict(at, character=at["character"] + 2)})
     assert result["contents"]["value"].startswith("**LC201** `scheduler-before-optimizer`")
@@ -178,9 +162,7 @@ def test_hover_on_a_code_in_a_noqa_comment_shows_its_page(server, path):
 def test_columns_are_counted_in_utf16_code_units(server, path):
     source = BUGGY.replace("            optimizer.zero_grad()  # expect: LC102\n",
                            '            tag = "🔥"; optimizer.zero_grad()  # expect: LC102\n')
-    write(path, source)
-    server.open(path, source)
-    lc102 = next(d for d in server.diagnostics(path, version=1) if d["code"] == "LC102")
+    lc102 = next(d for d in opened(server, path, source) if d["code"] == "LC102")
     start = position_of(source, "optimizer.zero_grad()")
     assert start["character"] == len('            tag = "🔥"; ') + 1  # the emoji is two UTF-16 units
     assert lc102["range"]["start"] == start
@@ -188,9 +170,7 @@ def test_columns_are_counted_in_utf16_code_units(server, path):
 
 def test_a_syntax_error_is_reported_on_its_line_and_cleared_when_fixed(server, path):
     broken = FIXED.replace("logits = model(images)", "logits = model(images")
-    write(path, broken)
-    server.open(path, broken)
-    [error] = server.diagnostics(path, version=1)
+    [error] = opened(server, path, broken)
     assert error["severity"] == 1 and "syntax error" in error["message"]
     assert error["range"]["start"]["line"] in range(position_of(broken, "logits =")["line"], position_of(broken, "loss =")["line"] + 1)
     server.change(path, 2, [{"text": FIXED}])
@@ -198,9 +178,7 @@ def test_a_syntax_error_is_reported_on_its_line_and_cleared_when_fixed(server, p
 
 
 def test_closing_a_document_clears_its_diagnostics(server, path):
-    write(path, BUGGY)
-    server.open(path, BUGGY)
-    assert server.diagnostics(path, version=1)
+    assert opened(server, path, BUGGY)
     server.notify("textDocument/didClose", {"textDocument": {"uri": path.as_uri()}})
     assert server.diagnostics(path) == []
 
@@ -227,7 +205,5 @@ def test_an_unsaved_buffer_is_checked_without_local_imports(server, path):
 def test_other_languages_are_left_alone(server, path):
     notes = path.with_suffix(".md")
     server.notify("textDocument/didOpen", {"textDocument": {"uri": notes.as_uri(), "languageId": "markdown", "version": 1, "text": "optimizer.zero_grad()\n"}})
-    write(path, BUGGY)
-    server.open(path, BUGGY)
-    server.diagnostics(path, version=1)  # the Python file is answered; nothing came for the other
+    opened(server, path, BUGGY)  # the Python file is answered; nothing came for the other
     assert not any(m.get("params", {}).get("uri") == notes.as_uri() for m in server.received)
