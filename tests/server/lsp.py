@@ -36,10 +36,11 @@ class ServerError(Exception):
 
 
 class LspClient:
-    def __init__(self, cwd: Path, *, timeout: float = 60.0) -> None:
+    def __init__(self, cwd: Path, *, timeout: float = 60.0, path: list[Path] = ()) -> None:
+        """`path`: folders put before the repository on the server's PYTHONPATH."""
         self.timeout = timeout
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [*map(str, path), str(REPO), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "loopcheck", "server"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,

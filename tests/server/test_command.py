@@ -51,3 +51,21 @@ def test_the_readme_setup_blocks_are_valid_and_list_every_setting(repo_root):
 
     lua = re.search(r"```lua\n(.*?)```", section, re.S).group(1)
     assert 'cmd = { "loopcheck", "server" }' in lua
+
+
+def test_the_server_runs_without_torch(tmp_path):
+    from ..lint.test_no_torch import BLOCKER
+    from .conftest import BUGGY, expected, found, opened
+    from .lsp import LspClient
+
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER)  # `import torch` fails in the server process
+    project = tmp_path / "proj"
+    project.mkdir()
+    client = LspClient(project, path=[tmp_path])
+    try:
+        client.initialize(project)
+        assert found(opened(client, project / "train.py", BUGGY)) == expected(BUGGY)
+        assert client.close() == 0
+    finally:
+        if client.proc.poll() is None:
+            client.proc.kill()
