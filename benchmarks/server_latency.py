@@ -21,7 +21,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
