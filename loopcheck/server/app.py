@@ -321,6 +321,20 @@ def build() -> LoopcheckServer:
             ls.root = Path(root)
         ls.apply_settings(params.initialization_options)
 
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: LoopcheckServer, params: types.InitializedParams) -> None:
+        # files changed outside the editor (a branch switch, a pyproject.toml edited elsewhere)
+        # are announced by the client when it can watch them for us
+        caps = ls.client_capabilities.workspace
+        watched = caps.did_change_watched_files if caps else None
+        if watched and watched.dynamic_registration:
+            watchers = [types.FileSystemWatcher(glob_pattern=f"**/{name}") for name in (*CONFIG_FILES, "*.py")]
+            ls.client_register_capability(types.RegistrationParams(registrations=[types.Registration(
+                id="loopcheck-watched-files",
+                method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=watchers),
+            )]))
+
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: LoopcheckServer, params: types.DidChangeConfigurationParams) -> None:
         settings = params.settings

@@ -19,7 +19,11 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[2]
 
 CLIENT_CAPABILITIES = {
-    "workspace": {"workspaceEdit": {"documentChanges": True}, "configuration": False},
+    "workspace": {
+        "workspaceEdit": {"documentChanges": True},
+        "configuration": False,
+        "didChangeWatchedFiles": {"dynamicRegistration": True},
+    },
     "textDocument": {
         "publishDiagnostics": {"versionSupport": True, "tagSupport": {"valueSet": [1, 2]}},
         "codeAction": {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix", "source.fixAll"]}}},
@@ -50,6 +54,7 @@ class LspClient:
         self._responses: dict[int, dict] = {}
         self.notifications: deque[dict] = deque()  # not yet consumed by wait_for
         self.received: list[dict] = []  # every notification, in order
+        self.requests: list[dict] = []  # the server's requests to the client (each answered with null)
         self.stderr: list[bytes] = []
         self._write_lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
@@ -85,6 +90,7 @@ class LspClient:
                 continue
             message = json.loads(stream.read(length))
             if "method" in message and "id" in message:  # a request from the server: accept it
+                self.requests.append(message)
                 self._send({"id": message["id"], "result": None})
                 continue
             with self._lock:

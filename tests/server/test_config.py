@@ -57,6 +57,22 @@ def test_editing_pyproject_takes_effect_on_the_next_check(start, project):
     assert server.close() == 0
 
 
+def test_files_changed_outside_the_editor_are_watched_and_checked_again(start, project):
+    config = write(project / "pyproject.toml", _pyproject('ignore = ["LC102"]\n'))
+    path = write(project / "train.py", BUGGY)
+    server = start()
+    server.open(path, BUGGY)
+    assert _codes(server.diagnostics(path, version=1)) == ["LC508"]
+    [registration] = server.requests[0]["params"]["registrations"]
+    assert registration["method"] == "workspace/didChangeWatchedFiles"
+    globs = [w["globPattern"] for w in registration["registerOptions"]["watchers"]]
+    assert globs == ["**/loopcheck.toml", "**/pyproject.toml", "**/*.py"]
+    config.unlink()  # e.g. a branch without the configuration
+    server.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": config.as_uri(), "type": 3}]})
+    assert _codes(server.diagnostics(path, version=1)) == ["LC102", "LC508"]
+    assert server.close() == 0
+
+
 def test_a_broken_pyproject_is_reported_on_the_file_it_stops(start, project):
     write(project / "pyproject.toml", _pyproject('selekt = ["LC1"]\n'))
     path = write(project / "train.py", BUGGY)
