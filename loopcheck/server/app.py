@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from urllib.parse import unquote
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,10 @@ class LoopcheckServer(LanguageServer):
 
     # -- checking ------------------------------------------------------------------------------
 
+    def document(self, uri: str) -> TextDocument | None:
+        """An open document (the workspace keys them by their unquoted URI)."""
+        return self.workspace.text_documents.get(unquote(uri))
+
     async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
 
@@ -122,7 +127,7 @@ class LoopcheckServer(LanguageServer):
         return result
 
     def _unchanged(self, uri: str, version: int | None, text: str) -> TextDocument | None:
-        document = self.workspace.text_documents.get(uri)
+        document = self.document(uri)
         if document is None or document.version != version or document.source != text:
             return None
         return document
@@ -141,7 +146,7 @@ class LoopcheckServer(LanguageServer):
         notebook = self.workspace.get_notebook_document(cell_uri=uri)
         if notebook is not None:
             return (await self.check_notebook(notebook.uri) or {}).get(uri)
-        document = self.workspace.text_documents.get(uri)
+        document = self.document(uri)
         if document is None or not _is_python(document):
             return None
         version, text = document.version, document.source
@@ -162,7 +167,7 @@ class LoopcheckServer(LanguageServer):
             return None
         snapshot = []
         for cell in notebook.cells:
-            document = self.workspace.text_documents.get(cell.document)
+            document = self.document(cell.document)
             if cell.kind == types.NotebookCellKind.Code and document is not None and _is_python(document):
                 snapshot.append((cell.document, document.version, document.source))
         source, cells = notebooks.module_source(snapshot)
@@ -182,7 +187,7 @@ class LoopcheckServer(LanguageServer):
         """Check a document (or a notebook) and publish its diagnostics (each cell's)."""
         if delay:
             await asyncio.sleep(delay)
-        if uri in self.workspace.notebook_documents:
+        if self.workspace.get_notebook_document(notebook_uri=uri) is not None:
             results = await self.check_notebook(uri) or {}
         else:
             result = await self.check(uri)
@@ -212,11 +217,11 @@ class LoopcheckServer(LanguageServer):
                 type=types.MessageType.Error, message=f"loopcheck: checking {uri} failed: {type(exc).__name__}: {exc}"))
 
     def schedule_all(self) -> None:
-        for uri in list(self.workspace.text_documents):
-            if self.workspace.get_notebook_document(cell_uri=uri) is None:
-                self.schedule(uri)
-        for uri in list(self.workspace.notebook_documents):
-            self.schedule(uri)
+        for document in list(self.workspace.text_documents.values()):
+            if self.workspace.get_notebook_document(cell_uri=document.uri) is None:
+                self.schedule(document.uri)
+        for notebook in list(self.workspace.notebook_documents.values()):
+            self.schedule(notebook.uri)
 
     def recheck_all(self) -> None:
         """Check every open document again after files changed on disk."""
@@ -225,7 +230,7 @@ class LoopcheckServer(LanguageServer):
 
     async def current(self, uri: str) -> Checked | None:
         """The check of the document's current version (checked now when it is not yet)."""
-        document = self.workspace.text_documents.get(uri)
+        document = self.document(uri)
         if document is None:
             return None
         result = self.checked.get(uri)
@@ -251,7 +256,7 @@ class LoopcheckServer(LanguageServer):
         result = await self.current(uri)
         if result is None:
             return []
-        document = self.workspace.get_text_document(uri)
+        document = self.document(uri)
         positions = Positions(document.lines, document.position_codec)
         only = params.context.only
         versioned = self._versioned_edits()
@@ -276,7 +281,8 @@ class LoopcheckServer(LanguageServer):
         ):
             unsafe = self.settings.unsafe_fixes
             fixed = await self.on_worker(self._fix_all, _path(document), result.text, unsafe)
-            if fixed is not None and fixed != result.text and self.workspace.get_text_document(uri).version == result.version:
+            now = self.document(uri)
+            if fixed is not None and fixed != result.text and now is not None and now.version == result.version:
                 edits = actions.text_edits_between(result.text, fixed, positions)
                 out.append(actions.fix_all_action(edit_of(edits), unsafe))
         return out
@@ -286,7 +292,7 @@ class LoopcheckServer(LanguageServer):
 
     async def hover(self, params: types.HoverParams) -> types.Hover | None:
         uri = params.text_document.uri
-        document = self.workspace.text_documents.get(uri)
+        document = self.document(uri)
         if document is None or not _is_python(document):
             return None
         result = self.checked.get(uri)

@@ -207,3 +207,15 @@ def test_other_languages_are_left_alone(server, path):
     server.notify("textDocument/didOpen", {"textDocument": {"uri": notes.as_uri(), "languageId": "markdown", "version": 1, "text": "optimizer.zero_grad()\n"}})
     opened(server, path, BUGGY)  # the Python file is answered; nothing came for the other
     assert not any(m.get("params", {}).get("uri") == notes.as_uri() for m in server.received)
+
+
+def test_a_path_with_spaces_and_non_ascii_letters(server, path):
+    folder = path.parent / "runs 2024" / "vision – données"
+    target = folder / "train.py"
+    assert "%20" in target.as_uri()
+    diagnostics = opened(server, target, BUGGY)
+    assert found(diagnostics) == expected(BUGGY)
+    actions = _actions(server, target, _range_of(diagnostics, "LC102"), only=["quickfix"])
+    assert any(a["title"].startswith("Fix LC102") for a in actions)
+    server.notify("textDocument/didSave", {"textDocument": {"uri": target.as_uri()}})
+    assert found(server.diagnostics(target, version=1)) == expected(BUGGY)
