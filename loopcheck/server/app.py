@@ -368,8 +368,13 @@ def build() -> LoopcheckServer:
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LoopcheckServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
+        last = ls.checked.get(uri)
         ls.forget(uri)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        if last is not None and path:
+            ls.worker.submit(checks.closed, Path(path), last.text)  # closed unsaved: the others see the disk again
+            ls.schedule_all()
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
     def notebook_did_open(ls: LoopcheckServer, params: types.DidOpenNotebookDocumentParams) -> None:

@@ -4,9 +4,11 @@ Everything the server knows about findings comes through `diagnose` and `fix_all
 file's configuration exactly as `loopcheck lint` does (`command.apply_config`, `enabled_for`),
 so switching the engine behind them (to a cached project model) changes only this module.
 
-The buffer's own text is checked, not the file on disk; the local modules it imports are read
-from disk (the engine's project index), so an unsaved edit in one of them is seen once it is
-saved. Only findings located in the buffer itself are returned.
+The buffer's own text is checked, not the file on disk. The local modules it imports come from
+the engine's project index: as last checked when the module is open in the editor (the engine
+keeps the parse of each text it checks under the file's path while the file on disk is
+unchanged), else from disk. `closed()` puts the file on disk back in its place when an edited
+buffer is closed without saving. Only findings located in the buffer itself are returned.
 
 One project index serves every check: it remembers where each import resolved to (the parsed
 modules themselves are cached by the engine and re-read when a file's size or time changes).
@@ -64,6 +66,19 @@ def diagnose(path: Path | None, text: str, config: Config) -> Diagnosis:
     outcome = apply_config(where, config, result, text.encode("utf-8", "surrogatepass"))
     own = str(where.resolve())
     return Diagnosis([f for f in outcome.findings if f.path == own], outcome.errors)
+
+
+def closed(path: Path, text: str) -> None:
+    """A buffer of `path` was closed with `text`: when that is not what the file on disk holds,
+    check the file once, so the modules importing it see the saved text again."""
+    from loopcheck.lint.engine import check_source
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    if data != text.encode("utf-8", "surrogatepass"):
+        check_source(data, str(path), enabled=lambda code: False, project=_project_index())
 
 
 def fix_all(path: Path | None, text: str, config: Config, *, unsafe: bool = False) -> str:
