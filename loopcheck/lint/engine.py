@@ -210,9 +210,10 @@ def check_source(
 ) -> FileResult:
     """Lint one file's contents; `path` is used for reporting and to resolve local imports.
 
-    `on_disk`: the contents are the file's as it is on disk (`check_file`). Only then does the
-    run's project keep its parse and findings, and do the files importing it add the findings
-    their models make in it; an edited text in memory (a fix attempt) stands alone."""
+    `on_disk`: the contents are the file as the project reads it (on disk, or an editor buffer
+    the project overlays; `check_file`). Only then does the run's project keep its parse and
+    findings, and do the files importing it add the findings their models make in it; an edited
+    text in memory (a fix attempt) stands alone."""
     result = FileResult(path)
     if isinstance(source, bytes):
         data = source
@@ -256,10 +257,15 @@ class _Transient:
 
 
 def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project: Any, result: FileResult) -> FileResult:
-    analysed = _analyse(text, path, enabled, project, result.errors)
-    if analysed is None:
-        return result
-    findings, lines = analysed
+    kept = project.findings_of(path, _codes_key(enabled)) if hasattr(project, "keep_findings") else None
+    if kept is not None:  # analysed earlier in this run, for a module it imports
+        findings, lines = kept[0], text.splitlines()
+        result.errors.extend(kept[1])
+    else:
+        analysed = _analyse(text, path, enabled, project, result.errors)
+        if analysed is None:
+            return result
+        findings, lines = analysed
     if _real(path) and project is not None and hasattr(project, "dependents"):
         findings = _scoped(findings, path) + _from_dependents(path, enabled, project)
     if findings:
@@ -326,7 +332,7 @@ def _analyse(
 
     findings = attach_fixes(findings, ctx)  # the `fix` field of findings whose code has a fixer
     if _real(path) and hasattr(project, "keep_findings"):
-        project.keep_findings(path, _codes_key(enabled), findings)
+        project.keep_findings(path, _codes_key(enabled), (findings, [e for e in errors if e.path == path]))
     return findings, ctx.lines
 
 
@@ -347,9 +353,8 @@ def _from_dependents(path: str, enabled: Callable[[str], bool], project: Any) ->
     key = _codes_key(enabled)
     found: list[Finding] = []
     for dependent in project.dependents(Path(path)):
-        findings = project.findings_of(dependent, key)
-        if findings is None:
-            findings = _analyse_file(dependent, enabled, project)
+        kept = project.findings_of(dependent, key)
+        findings = kept[0] if kept is not None else _analyse_file(dependent, enabled, project)
         found.extend(f.with_(path=path) for f in _scoped(findings, path))
     return found
 
@@ -443,6 +448,11 @@ def check_file(path: str | Path, *, enabled: Callable[[str], bool] = _everything
 
 _PROJECTS: "dict[Path, Any]" = {}
 _MAX_PROJECTS = 4
+
+
+def known_projects() -> list[Any]:
+    """The projects this process keeps (one per project root recently checked)."""
+    return list(_PROJECTS.values())
 
 
 def project_for(path: str | Path) -> Any:

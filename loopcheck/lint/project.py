@@ -46,14 +46,15 @@ class ParsedModule:
 
 def project_root(start: Path | None = None) -> Path:
     """The nearest folder at or above `start` (a file or folder; default: the working
-    directory) holding one of `ROOT_MARKERS`; `start`'s own folder when there is none."""
+    directory) holding one of `ROOT_MARKERS`; without one, the folder above the outermost
+    package holding `start` (its own folder when it is in no package)."""
     here = (start or Path.cwd()).resolve()
     if here.is_file() or not here.exists():
         here = here.parent
     for folder in (here, *here.parents):
         if any((folder / marker).exists() for marker in ROOT_MARKERS):
             return folder
-    return here
+    return _package_root(here)
 
 
 def _package_root(directory: Path) -> Path:
@@ -80,13 +81,19 @@ class Project:
         self.budget = budget
         self.parses: Counter[str] = Counter()  # resolved path -> libcst parses this run
         self._resolved: dict[tuple[str, str, int], Path | None] = {}  # (folder, module, level) -> file
+        self._real: dict[str, str] = {}  # folder -> its real path
+        self._dirs: dict[str, list[Path]] = {}  # real folder -> where its absolute imports are searched
         self._parsed: "OrderedDict[str, tuple[tuple[int, int], ParsedModule | None]]" = OrderedDict()
         self._held = 0  # bytes of source of the modules in `_parsed`
         self._summaries: dict[str, tuple[tuple[int, int] | None, ModuleSummary | None]] = {}
         self._reach: dict[str, tuple[str, ...]] = {}
+        self._imports: dict[int, tuple[ModuleSummary, list[Path]]] = {}  # per summary: its resolved imports
+        self._mentions: dict[tuple[str, tuple[str, ...]], bool] = {}
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
         self._words: dict[str, list[str]] | None = None  # word -> project files holding it
+        self._overlays: dict[str, tuple[int, str]] = {}  # open buffers: path -> (version, text)
+        self._version = 0
         self._findings: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int] | None, list]] = {}
 
     @classmethod
@@ -101,12 +108,13 @@ class Project:
 
     # ---- resolution ---------------------------------------------------------------------------
 
-    def _search_dirs(self, from_path: str) -> list[Path]:
-        here = Path(from_path).resolve().parent
-        dirs = [here, _package_root(here)]
-        for root in self.roots:
-            if root not in dirs:
-                dirs.append(root)
+    def _search_dirs(self, folder: str) -> list[Path]:
+        dirs = self._dirs.get(folder)
+        if dirs is None:
+            here = Path(folder)
+            dirs = [here, _package_root(here)]
+            dirs += [root for root in self.roots if root not in dirs]
+            self._dirs[folder] = dirs
         return dirs
 
     def resolve(self, from_path: str, module: str, level: int = 0) -> Path | None:
@@ -117,46 +125,89 @@ class Project:
         if not from_path or from_path.startswith("<"):
             return None
         found = self._resolve(from_path, module, level)
-        if found is None or Path(from_path).is_absolute():
+        if found is None or os.path.isabs(from_path):
             return found
         try:
-            return found.relative_to(Path.cwd().resolve())
+            return found.relative_to(_cwd())
         except ValueError:
             return found
 
     def _resolve(self, from_path: str, module: str, level: int) -> Path | None:
+        """The absolute, symlink-free path (found once per folder, module and level)."""
         key = (os.path.dirname(os.path.abspath(from_path)), module, level)
         if key not in self._resolved:
-            self._resolved[key] = self._find(from_path, module, level)
+            folder = self._real.get(key[0])
+            if folder is None:
+                folder = self._real[key[0]] = os.path.realpath(key[0])
+            self._resolved[key] = self._find(folder, module, level)
         return self._resolved[key]
 
-    def _find(self, from_path: str, module: str, level: int) -> Path | None:
+    def _find(self, folder: str, module: str, level: int) -> Path | None:
         parts = [p for p in module.split(".") if p] if module else []
         if level:
-            base = Path(from_path).resolve().parent
+            base = Path(folder)
             for _ in range(level - 1):
                 base = base.parent
             return _module_file(base, parts)
         if not parts or parts[0] in sys.builtin_module_names or parts[0] in _NOT_LOCAL:
             return None
-        for directory in self._search_dirs(from_path):
+        for directory in self._search_dirs(folder):
             found = _module_file(directory, parts)
             if found is not None:
                 return found
         return None
 
+    # ---- open buffers ------------------------------------------------------------------------
+
+    def overlay(self, path: str | Path, text: str | None) -> None:
+        """Read `path` as `text` from now on (an editor's unsaved buffer); None: as on disk
+        again. Everything derived from other files that may have read it is dropped."""
+        key = os.path.abspath(path)
+        if text is None:
+            if self._overlays.pop(key, None) is None:
+                return
+        else:
+            if key in self._overlays and self._overlays[key][1] == text:
+                return
+            self._version += 1
+            self._overlays[key] = (self._version, text)
+        self._findings.clear()
+        self._reach.clear()
+        self._mentions.clear()
+
+    def refresh(self) -> None:
+        """Files may have been created, moved or deleted: resolve imports and walk the project
+        afresh (parsed modules stay, each still checked against its file)."""
+        self._resolved.clear()
+        self._dirs.clear()
+        self._files = None
+        self._words = None
+        self._importers.clear()
+        self._findings.clear()
+        self._reach.clear()
+        self._mentions.clear()
+
+    def _stamp(self, path: Path) -> tuple[int, int] | None:
+        found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
+        return (-1, found[0]) if found is not None else _stamp(path)
+
+    def read(self, path: Path) -> bytes:
+        """The bytes of `path` as this project sees them (an open buffer's, else the file's)."""
+        found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
+        return found[1].encode("utf-8", "surrogatepass") if found is not None else path.read_bytes()
+
     # ---- parsed modules ------------------------------------------------------------------------
 
     def load(self, from_path: str, module: str, level: int = 0) -> ParsedModule | None:
         target = self.resolve(from_path, module, level)
-        if target is None or target.resolve() == Path(from_path).resolve():
+        if target is None or os.path.realpath(target) == os.path.realpath(from_path):
             return None
         return self.parse(target)
 
     def parse(self, path: Path) -> ParsedModule | None:
         """The parsed module at `path`, or None when it cannot be read, decoded or parsed."""
         key = os.path.abspath(path)
-        stamp = _stamp(path)
+        stamp = self._stamp(path)
         if stamp is None:
             return None
         cached = self._parsed.get(key)
@@ -170,7 +221,7 @@ class Project:
             from loopcheck.lint.positions import register_source
 
             try:
-                data = path.read_bytes()
+                data = self.read(path)
                 self.parses[key] += 1
                 module = cst.parse_module(data)
                 source = data.decode(module.encoding)  # what `module.code` renders, without rendering it
@@ -187,13 +238,13 @@ class Project:
     def parsed_as(self, path: str, source: str) -> "cst.Module | None":
         """The module this project already parsed from `path`, when its text is `source`."""
         cached = self._parsed.get(os.path.abspath(path))
-        if cached is None or cached[1] is None or cached[1].source != source or cached[0] != _stamp(Path(path)):
+        if cached is None or cached[1] is None or cached[1].source != source or cached[0] != self._stamp(Path(path)):
             return None
         return cached[1].module
 
     def remember(self, path: str, source: str, module: cst.Module) -> None:
         """Register a module the engine has already parsed, so it is not parsed a second time."""
-        stamp = _stamp(Path(path))
+        stamp = self._stamp(Path(path))
         if stamp is None:
             return
         memo.pin(module)
@@ -201,8 +252,10 @@ class Project:
 
     def _keep(self, key: str, stamp: tuple[int, int], parsed: ParsedModule | None) -> None:
         old = self._parsed.pop(key, None)
-        if old is not None:
-            self._drop(old[1])
+        if old is not None and old[1] is not None:
+            self._held -= len(old[1].source)
+            if parsed is None or old[1].module is not parsed.module:
+                memo.release(old[1].module)
         self._parsed[key] = (stamp, parsed)
         self._held += len(parsed.source) if parsed is not None else 0
         while self._held > self.budget and len(self._parsed) > 1:
@@ -225,18 +278,19 @@ class Project:
     def summary(self, path: Path) -> ModuleSummary | None:
         """The module summary of `path` (None when it cannot be read or parsed)."""
         key = os.path.abspath(path)
-        stamp = _stamp(path)
+        stamp = self._stamp(path)
         cached = self._summaries.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
         found: ModuleSummary | None = None
         if stamp is not None and stamp[0] <= _MAX_BYTES:
             try:
-                found = summarize(path.read_bytes(), key)
+                found = summarize(self.read(path), key)
             except OSError:
                 found = None
-        if cached is not None:
-            self._reach.clear()  # the module changed: what it reaches may have too
+        if cached is not None:  # the module changed: what it and others reach may have too
+            self._reach.clear()
+            self._mentions.clear()
         self._summaries[key] = (stamp, found)
         return found
 
@@ -246,23 +300,28 @@ class Project:
         summary = self.summary(path) if source is None else summarize(source, str(path))
         if summary is None:
             return []
-        here = path.resolve()
+        found = self._imports.get(id(summary))
+        if found is None or found[0] is not summary:
+            found = self._imports[id(summary)] = (summary, self._imports_in(path, summary))
+        return found[1]
+
+    def _imports_in(self, path: Path, summary: ModuleSummary) -> list[Path]:
+        here = str(path)
+        real = os.path.realpath(here)
         found: dict[Path, None] = {}
         for module, level in summary.import_targets():
             try:
-                resolved = self.resolve(str(here), module, level)
+                resolved = self._resolve(here, module, level)  # absolute and symlink-free
             except (OSError, ValueError):
                 resolved = None
-            if resolved is not None:
-                resolved = resolved.resolve()
-                if resolved != here:
-                    found[resolved] = None
+            if resolved is not None and str(resolved) != real:
+                found[resolved] = None
         return list(found)
 
     def reach(self, path: Path) -> tuple[str, ...]:
         """Every project module `path` reaches through imports, transitively (resolved paths,
         breadth first, `path` itself excluded)."""
-        key = str(path.resolve())
+        key = os.path.realpath(path)
         if key not in self._reach:
             seen: dict[str, None] = {key: None}
             queue = [key]
@@ -294,7 +353,7 @@ class Project:
     def dependents(self, path: Path) -> list[str]:
         """Every project file that imports `path`, directly or through other project modules
         (absolute paths, nearest first, `path` itself excluded)."""
-        start = os.path.abspath(path)
+        start = os.path.realpath(path)
         seen: dict[str, None] = {start: None}
         queue = [start]
         while queue:
@@ -314,7 +373,7 @@ class Project:
             word = here.parent.name if here.name == "__init__.py" else here.stem
             found = []
             for name in self._holding(word):
-                if name != target and any(os.path.abspath(dep) == target for dep in self.imports_of(Path(name))):
+                if name != target and any(str(dep) == target for dep in self.imports_of(Path(name))):
                     found.append(name)
             self._importers[target] = found
         return self._importers[target]
@@ -324,7 +383,7 @@ class Project:
         if self._words is None:
             index: dict[str, list[str]] = {}
             for f in self.files():
-                name = os.path.abspath(f)
+                name = str(f)  # under the resolved roots: already real
                 try:
                     data = f.read_bytes()
                 except OSError:
@@ -334,25 +393,28 @@ class Project:
             self._words = index
         return self._words.get(word, [])
 
-    def keep_findings(self, path: str, codes: tuple[str, ...], findings: list) -> None:
-        """Remember the findings of one file's analysis for the rest of the run."""
-        self._findings[(os.path.abspath(path), codes)] = (_stamp(Path(path)), findings)
+    def keep_findings(self, path: str, codes: tuple[str, ...], findings: tuple[list, list]) -> None:
+        """Remember the findings (and errors) of one file's analysis for the rest of the run."""
+        self._findings[(os.path.abspath(path), codes)] = (self._stamp(Path(path)), findings)
 
-    def findings_of(self, path: str, codes: tuple[str, ...]) -> list | None:
-        """The findings kept for `path` with these codes enabled, while the file is unchanged."""
+    def findings_of(self, path: str, codes: tuple[str, ...]) -> tuple[list, list] | None:
+        """The findings and errors kept for `path` with these codes enabled, while the file is
+        unchanged."""
         found = self._findings.get((os.path.abspath(path), codes))
-        if found is None or found[0] != _stamp(Path(path)):
+        if found is None or found[0] != self._stamp(Path(path)):
             return None
         return found[1]
 
     def reach_mentions(self, path: Path, words: tuple[str, ...]) -> bool:
         """Whether a module `path` reaches mentions one of `words` (lower case, any case in the
         text). True when a reached module cannot be summarised: it may."""
-        for dep in self.reach(path):
-            summary = self.summary(Path(dep))
-            if summary is None or summary.mentions_any(words):
-                return True
-        return False
+        key = (os.path.realpath(path), words)
+        if key not in self._mentions:
+            self._mentions[key] = any(
+                summary is None or summary.mentions_any(words)
+                for summary in (self.summary(Path(dep)) for dep in self.reach(path))
+            )
+        return self._mentions[key]
 
 
 # The name the engine and older callers used for the project.
@@ -379,6 +441,17 @@ _NOT_WALKED = frozenset({
 def _walked(folder: Path, name: str) -> bool:
     """Whether the project walk enters `folder/name` (never a virtualenv or installed packages)."""
     return not (name in _NOT_WALKED or name.startswith(".") or (folder / name / "pyvenv.cfg").exists())
+
+
+_CWD: list[tuple[str, Path]] = []
+
+
+def _cwd() -> Path:
+    """The working directory, resolved once per directory (paths are reported relative to it)."""
+    here = os.getcwd()
+    if not _CWD or _CWD[0][0] != here:
+        _CWD[:] = [(here, Path(here).resolve())]
+    return _CWD[0][1]
 
 
 def _module_file(base: Path, parts: list[str]) -> Path | None:

@@ -21,7 +21,7 @@ class ModuleSummary:
     exports: tuple[str, ...] | None  # `__all__` when it is a literal list or tuple
     functions: tuple[str, ...]  # top-level functions
     classes: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]  # (name, bases, methods)
-    identifiers: frozenset[str] = field(repr=False)  # every word of the text, lower case
+    words: str = field(repr=False)  # every word of the text, lower case, space-separated
 
     def import_targets(self) -> list[tuple[str, int]]:
         """What an import may load: the module, and each imported name as a submodule
@@ -37,7 +37,7 @@ class ModuleSummary:
 
     def mentions_any(self, words: tuple[str, ...]) -> bool:
         """Whether a word of the module's text contains one of `words` (lower case)."""
-        return any(word in ident for ident in self.identifiers for word in words)
+        return any(word in self.words for word in words)
 
 
 def summarize(source: bytes, path: str) -> ModuleSummary | None:
@@ -77,8 +77,8 @@ def summarize(source: bytes, path: str) -> ModuleSummary | None:
             if isinstance(stmt.value, (ast.List, ast.Tuple)):
                 exports = tuple(e.value for e in stmt.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
     # every word of the text (comments and strings too): "may mention" is all the tests need
-    identifiers = frozenset(w.decode("ascii").lower() for w in set(_WORD.findall(source)))
-    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), identifiers)
+    words = b" ".join(set(_WORD.findall(source))).decode("ascii").lower()
+    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), words)
 
 
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
