@@ -58,12 +58,13 @@ class RunLog:
             "python": platform.python_version(),
             "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "world_size": probe.world_size,
-            "models": [_model(name or type(m).__name__, m) for name, m in zip(probe.root_names, probe.models)],
-            "optimizers": [_optimizer(o) for o in probe.optimizers],
-            "schedulers": [_scheduler(s) for s in probe.schedulers],
-            "scaler": _scaler(probe.scaler),
+            **_objects(probe),
             "options": probe.config.to_dict(),
         })
+
+    def watched(self, probe: "Probe") -> None:
+        """The objects watched from now on, after discovery found more while the run went."""
+        self._write({"type": "watch", "step": probe.step, **_objects(probe)})
 
     def metrics(self, values: dict[str, Any]) -> None:
         self._write({"type": "metrics", **{k: _finite(v) for k, v in values.items()}})
@@ -85,6 +86,15 @@ def _finding(f: Finding) -> dict[str, Any]:
     return {
         "code": f.code, "name": f.name, "severity": f.severity.value, "message": f.message,
         "step": f.step, "where": f.where, "rank": f.rank, "count": f.count,
+    }
+
+
+def _objects(probe: "Probe") -> dict[str, Any]:
+    return {
+        "models": [_model(name or type(m).__name__, m) for name, m in zip(probe.root_names, probe.models)],
+        "optimizers": [_optimizer(o) for o in probe.optimizers],
+        "schedulers": [_scheduler(s) for s in probe.schedulers],
+        "scaler": _scaler(probe.scaler),
     }
 
 
