@@ -1,4 +1,4 @@
-"""The `loopcheck` command line: lint, rules, explain, init, report.
+"""The `loopcheck` command line: lint, rules, explain, init, report, run.
 
 Each command is a thin shell: it parses options and hands over to the module that does the
 work, so that importing the CLI never imports torch (only `init`'s template writer and `report`
@@ -127,6 +127,27 @@ def report(
     from loopcheck.probe.report import render_report
 
     raise typer.Exit(render_report(log, png=png))
+
+
+@app.command(
+    "run",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+def run_command(
+    ctx: typer.Context,
+    target: str = typer.Argument(..., metavar="SCRIPT [ARGS]...", help="The training script (or, with -m, a module) and its own arguments."),
+    module: bool = typer.Option(False, "-m", help="Run a module, as python -m does."),
+    log: Path = typer.Option(Path("loopcheck-run.jsonl"), "--log", help="Where to write the probe's run log (JSONL)."),
+    every: Optional[int] = typer.Option(None, "--every", min=1, help="Read device statistics every N optimizer steps."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", help="LP codes or prefixes to leave out, comma-separated."),
+) -> None:
+    """Run a training script unchanged under the probe; print its findings when it ends."""
+    from loopcheck.probe.run import run
+
+    options = {"every": every} if every is not None else {}
+    if ignore:
+        options["ignore"] = [c for c in ignore.split(",") if c.strip()]
+    raise typer.Exit(run(target, ctx.args, module=module, log=log, **options))
 
 
 def main() -> None:

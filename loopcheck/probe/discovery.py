@@ -293,7 +293,7 @@ def _shares_parameters(optimizer: Optimizer, models: list[nn.Module]) -> bool:
 
 def _optimizer_holding(models: list[nn.Module]) -> bool:
     """Whether any optimizer in the process holds parameters of `models` (one pass over the heap)."""
-    return any(isinstance(o, Optimizer) and not isinstance(o, HandWrittenUpdates)
+    return any(issubclass(type(o), Optimizer) and not isinstance(o, HandWrittenUpdates)
                and _shares_parameters(o, models) for o in gc.get_objects())
 
 

@@ -599,8 +599,9 @@ class Probe:
     def _finish(self, clean: bool) -> None:
         self._clean_exit = clean
         try:
-            self._sample(final=True)
-            self._dispatch("on_close")
+            if self.optimizers:  # discovery may have found nothing that steps
+                self._sample(final=True)
+                self._dispatch("on_close")
         finally:
             if self._log is not None:
                 self._log.end(self)

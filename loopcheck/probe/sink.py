@@ -182,6 +182,9 @@ def print_summary(probe: "Probe", stream: IO[str] | None = None) -> None:
     from rich.console import Console
 
     console = Console(file=stream or sys.stderr)
+    if not probe.models and not probe.optimizers:
+        console.print("loopcheck probe: nothing to watch (no model ran a backward pass, no optimizer stepped)")
+        return
     steps = f"{probe.step} steps" + (f", {probe.skipped} skipped by the GradScaler" if probe.skipped else "")
     if not probe.findings:
         console.print(f"loopcheck probe: {steps}, no findings")
