@@ -94,6 +94,7 @@ def lint(
     isolated: bool = typer.Option(False, "--isolated", help="Ignore every configuration file."),
     warn_unused_noqa: bool = typer.Option(False, "--warn-unused-suppressions", help="Report suppressions that suppress nothing (LC001)."),
     force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply the configured exclude to files named on the command line too (for pre-commit)."),
+    runtime_log: Optional[Path] = typer.Option(None, "--runtime-log", help="A probe run log (JSONL): mark the findings that run confirmed."),
 ) -> None:
     """Check training scripts for silent training-loop bugs."""
     from loopcheck.lint.command import LintOptions, run
@@ -103,6 +104,7 @@ def lint(
         ignore=ignore, fail_on=fail_on, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
         statistics=statistics, output=output, jobs=jobs, no_cache=no_cache, config=config,
         isolated=isolated, warn_unused_suppressions=warn_unused_noqa, force_exclude=force_exclude,
+        runtime_log=runtime_log,
     )
     raise typer.Exit(run(options))
 

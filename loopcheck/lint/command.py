@@ -49,6 +49,7 @@ class LintOptions:
     isolated: bool = False
     warn_unused_suppressions: bool = False
     force_exclude: bool = False
+    runtime_log: Path | None = None  # a probe run log: mark the findings that run confirmed
 
 
 class UsageError(Exception):
@@ -178,6 +179,8 @@ class _Run:
                 if finding.severity >= configs[f].fail_on:
                     failing += 1
         errors = [FileError(display_path(e.path), e.line, e.message, e.code) for e in errors]
+        if self.opts.runtime_log is not None:
+            findings = _confirmed(findings, self.opts.runtime_log)
         report = Report(findings=findings, errors=errors, files_checked=len(files), fixed=fixed)
         if self.opts.diff:
             self.write("".join(diffs))
@@ -369,6 +372,16 @@ class _Borrowed:
                 os.close(devnull)
             return True
         return False
+
+
+def _confirmed(findings: list[Finding], log: Path) -> list[Finding]:
+    from loopcheck.lint.runtime_link import confirm, runtime_findings
+    from loopcheck.probe.report import LogError
+
+    try:
+        return confirm(findings, runtime_findings(log), display_path(log))
+    except LogError as err:
+        raise UsageError(f"--runtime-log: {err}") from None
 
 
 def _file_error(e: Any) -> FileError:

@@ -85,8 +85,15 @@ class RunLog:
 def _finding(f: Finding) -> dict[str, Any]:
     return {
         "code": f.code, "name": f.name, "severity": f.severity.value, "message": f.message,
-        "step": f.step, "where": f.where, "rank": f.rank, "count": f.count,
+        "step": f.step, "where": f.where, "rank": f.rank, "count": f.count, "lint": list(_twins(f.code)),
     }
+
+
+def _twins(code: str) -> tuple[str, ...]:
+    try:
+        return page(code).lint_twin
+    except KeyError:
+        return ()
 
 
 def _objects(probe: "Probe") -> dict[str, Any]:
@@ -170,7 +177,9 @@ def findings_table(findings: list[dict[str, Any]], title: str) -> Any:
     style = {"error": "bold red", "warning": "yellow", "info": "cyan"}
     for f in findings:
         rank = f" (rank {f['rank']})" if f.get("rank") is not None else ""
-        text = f"{f['message']}\n[dim]{fix_hint(f['code'])}[/]"
+        twins = _twins(f["code"])
+        before = f"\nBefore the run, `loopcheck lint` finds it as {', '.join(twins)}." if twins else ""
+        text = f"{f['message']}\n[dim]{fix_hint(f['code'])}{before}[/]"
         table.add_row(
             f"{f['code']} {f['name']}", f"[{style.get(f['severity'], '')}]{f['severity']}[/]",
             (f.get("where") or "-") + rank, str(f.get("step", "-")), str(f.get("count", 1)), text,
