@@ -24,6 +24,7 @@ from loopcheck.catalog import page
 from loopcheck.errors import ProbeError, ProbeUsageError
 from loopcheck.findings import Finding
 from loopcheck.probe import distributed, lifecycle
+from loopcheck.probe.adapters.accelerate import inner_optimizer, inner_scheduler
 from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
@@ -75,8 +76,9 @@ class Probe:
         self.config = ProbeConfig.from_options(options)
         self.discover = bool(discover)
         self._set_objects(
-            _as_list(model, "model", nn.Module), _as_list(optimizer, "optimizer", Optimizer),
-            _as_list(scheduler, "scheduler", None), scaler,
+            _as_list(model, "model", nn.Module),
+            [inner_optimizer(o) for o in _as_list(optimizer, "optimizer", Optimizer)],
+            [inner_scheduler(s) for s in _as_list(scheduler, "scheduler", None)], scaler,
         )
         if not self.discover and not (self.models and self.optimizers):
             raise ProbeUsageError("with discover=False, probe needs at least one model and one optimizer")
@@ -89,6 +91,7 @@ class Probe:
         self.loss_read: dict[int, slice | None] = {}  # where each step_loss sits in `readings`
         self.readings = Readings()
         self.hooks = contextlib.ExitStack()
+        self._detector_hooks = contextlib.ExitStack()
         self.rank, self.world_size = distributed.rank_and_size()
         self.is_main = self.rank == 0
         self._found: dict[tuple[str, str | None, int | None], int] = {}
@@ -102,7 +105,8 @@ class Probe:
         self._entered = False
         self.live = False
         self._log: RunLog | None = None
-        self._hooked: set[int] = set()  # ids of the objects and classes whose hooks are in place
+        self._hooked: set[Any] = set()  # the objects (by id) and class methods with hooks in place
+        self._before_step: list[Callable[[], None]] = []  # deferred until step(closure) ran the closure
         self._discovery: Any = None
         self._detector_classes = list(detectors) if detectors is not None else default_detectors()
         self._new_detectors()
@@ -153,14 +157,26 @@ class Probe:
         self.step_loss.clear()
         self.loss_read.clear()
         self.readings.clear()
+        for det in self.detectors:
+            det.enabled = False
+        self._detector_hooks.close()
         self._new_detectors()
         if not self.live:
             return
         self._install_objects()
         if self._log is not None and self.is_main:
             self._log.watched(self)
-        for det in list(self.detectors):
-            self._guard(det, det.attach)
+        self._attach_detectors()
+
+    def _attach_detectors(self) -> None:
+        """Attach the detectors; the hooks they add go on a stack of their own, which `watch` closes."""
+        outer, self.hooks = self.hooks, contextlib.ExitStack()
+        try:
+            for det in list(self.detectors):
+                self._guard(det, det.attach)
+        finally:
+            self._detector_hooks, self.hooks = self.hooks, outer
+            outer.callback(self._detector_hooks.close)
 
     # Names ------------------------------------------------------------------------------
     def _index_model(self) -> None:
@@ -220,8 +236,7 @@ class Probe:
                 self._log.header(self)
             self._install()
             self.live = True
-            for det in list(self.detectors):
-                self._guard(det, det.attach)
+            self._attach_detectors()
             if self.discover:
                 from loopcheck.probe.discovery import Discovery
 
@@ -294,7 +309,7 @@ class Probe:
             patches += [(type(self.scaler), "step", self._wrap_scaler_step),
                         (type(self.scaler), "scale", self._wrap_scaler_scale)]
         for cls, name, make in patches:
-            key = hash((id(cls), name))
+            key = (id(cls), name)
             if key not in done:
                 done.add(key)
                 self._patch(cls, name, make)
@@ -326,20 +341,42 @@ class Probe:
     def _step_pre_hook(self, opt: Optimizer) -> Callable[..., None]:
         key = id(opt)
 
-        def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
-            i = self.opt_index.get(key) if self.live else None
+        def before(optimizer: Optimizer) -> None:
+            i = self.opt_index.get(key)
             if i is None:
                 return
             self._serial += 1
             self._take_losses(i)
             self._dispatch("on_step_pre", i, optimizer)
             self.readings.seal()
+
+        def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> Any:
+            if not self.live or key not in self.opt_index:
+                return None
+            closure = kwargs.get("closure", args[0] if args else None)
+            if callable(closure):
+                # step(closure) runs forward and backward itself (LBFGS, Lightning): the gradients
+                # are final once the closure has returned, not now.
+                pending = self._before_step = [lambda: before(optimizer)]
+
+                def run_closure() -> Any:
+                    result = closure()
+                    if pending:
+                        pending.pop()()
+                    return result
+                if "closure" in kwargs:
+                    return args, {**kwargs, "closure": run_closure}
+                return (run_closure, *args[1:]), kwargs
+            before(optimizer)
+            return None
         return hook
 
     def _step_post_hook(self, opt: Optimizer) -> Callable[..., None]:
         key = id(opt)
 
         def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+            if self._before_step:  # a step(closure) that never called its closure
+                self._before_step.pop()()
             i = self.opt_index.get(key) if self.live else None
             if i is None:
                 return

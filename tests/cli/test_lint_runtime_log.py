@@ -71,3 +71,21 @@ def test_an_unusable_log_is_a_usage_error(lint, project):
         result = lint("train.py", "--runtime-log", name)
         assert result.exit_code == 2
         assert "--runtime-log" in result.stderr and said in result.stderr and "Traceback" not in result.stderr
+
+
+def test_runtime_log_needs_no_torch(project, tmp_path_factory):
+    import os
+    import subprocess
+    import sys
+
+    from tests.lint.test_no_torch import BLOCKER, REPO
+
+    write(project / "train.py", NO_ZERO_GRAD)
+    _log(project / "run.jsonl", [_finding("LP403", "grads-not-zeroed", 2)])
+    blocker = tmp_path_factory.mktemp("blocker")
+    (blocker / "sitecustomize.py").write_text(BLOCKER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), str(REPO)])}
+    done = subprocess.run([sys.executable, "-m", "loopcheck", "lint", "--isolated", "--runtime-log", "run.jsonl",
+                           "train.py"], cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "confirmed at run time" in done.stdout

@@ -233,3 +233,15 @@ def test_nothing_to_watch_is_said_in_the_summary(capsys):
         torch.ones(3).sum()
     assert probe.findings == []
     assert "nothing to watch" in capsys.readouterr().err
+
+
+def test_detectors_rebuilt_for_found_objects_leave_no_hooks_behind():
+    def hooks_during(**given):
+        net, opt, sched = build()
+        objects = {"model": net, "optimizer": opt, "scheduler": sched} if given else {}
+        with quiet(**objects) as probe:
+            train(net, opt, sched, 3)
+            count = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in net.modules())
+        return count, len(probe.detectors), sum(d.enabled for d in probe.detectors)
+
+    assert hooks_during() == hooks_during(given=True)
