@@ -14,9 +14,10 @@ the moment it proves to be part of the training run, never because it merely exi
   parameters, found at the next backward or optimizer step. This needs a global forward pre-hook,
   which costs every module call, so it is removed as soon as the watched models hold every
   parameter the watched optimizers update (or after `_MODULE_STEPS` steps);
-- hand-written updates (`p.data -= lr * p.grad`): models but no optimizer at a backward, and no
-  optimizer anywhere holds their parameters: a `HandWrittenUpdates` stand-in is stepped after each
-  backward, so the gradient, non-finite, mode and memory checks run on a per-backward clock.
+- hand-written updates (`p.data -= lr * p.grad`): a second backward with models watched and still
+  no optimizer stepped, and no optimizer anywhere holds their parameters (one pass over the heap,
+  made only then): a `HandWrittenUpdates` stand-in is stepped after that and each later backward,
+  so the gradient, non-finite, mode and memory checks run on a per-backward clock.
 
 What the user passes limits the search: given optimizers are the only ones watched (only their
 schedulers and a scaler are added); given models restrict optimizers to those that update them,
@@ -71,6 +72,7 @@ class Discovery:
         self._seen: dict[int, nn.Module] = {}  # modules that ran forward with grad enabled
         self._fresh: list[nn.Module] = []  # ... not looked at yet
         self._held_elsewhere: bool | None = None
+        self._backwards = 0  # backward passes with models watched and no optimizer stepped yet
         self._told: set[int] = set()
         hooks = probe.hooks
         hooks.enter_context(register_optimizer_step_pre_hook(self._on_optimizer_step))
@@ -117,7 +119,9 @@ class Discovery:
             if discovery._fresh:
                 discovery._refresh()
             if probe.models and not probe.optimizers and not discovery.optimizers_given:
-                discovery._stand_in()
+                discovery._backwards += 1
+                if discovery._backwards > 1:  # the first may well be followed by an optimizer step
+                    discovery._stand_in()
             result = original(tensor, *args, **kwargs)
             stand_in = discovery.stand_in
             if stand_in is not None and probe.live and id(stand_in) in probe.opt_index:
