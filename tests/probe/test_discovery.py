@@ -245,3 +245,25 @@ def test_detectors_rebuilt_for_found_objects_leave_no_hooks_behind():
         return count, len(probe.detectors), sum(d.enabled for d in probe.detectors)
 
     assert hooks_during() == hooks_during(given=True)
+
+
+def test_the_run_log_records_what_was_found_and_the_report_shows_it(tmp_path, capsys):
+    import json
+
+    from loopcheck.probe.report import render_report
+
+    net, opt, sched = build()
+    with quiet(log=tmp_path / "run.jsonl") as probe:
+        train(net, opt, sched, 12, zero_grad=False)
+    records = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert records[0]["type"] == "header" and records[0]["models"] == []
+    watched = [r for r in records if r["type"] == "watch"][-1]
+    assert [m["class"] for m in watched["models"]] == ["Net"]
+    assert [o["class"] for o in watched["optimizers"]] == ["AdamW"]
+    assert [s["class"] for s in watched["schedulers"]] == ["StepLR"]
+    assert [f["lint"] for f in records if f["type"] == "finding"] == [["LC101"]]
+    capsys.readouterr()
+    assert render_report(tmp_path / "run.jsonl") == 1
+    out = capsys.readouterr().out
+    assert "model Net" in out and "optimizer AdamW" in out and "scheduler StepLR" in out
+    assert probe.step == 12
