@@ -105,6 +105,12 @@ def page(code: str) -> RulePage:
         raise KeyError(f"unknown rule code {code!r}; `loopcheck rules` lists them") from None
 
 
+def lint_twin(code: str) -> tuple[str, ...]:
+    """The LC codes that find the bug of probe code `code` before the run (none for unknown codes)."""
+    p = catalog().get(code.upper())
+    return p.lint_twin if p is not None else ()
+
+
 def runtime_twins(lint_code: str) -> list[str]:
     """The LP codes whose page names `lint_code` as the static check of the same bug."""
     return [code for code, p in catalog().items() if lint_code.upper() in p.lint_twin]

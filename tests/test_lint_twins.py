@@ -20,3 +20,11 @@ def test_the_link_reads_both_ways():
     assert runtime_twins("LC101") == ["LP403"]
     assert set(runtime_twins("LC601")) == {"LP201", "LP202"}
     assert runtime_twins("LC405") == []
+
+
+def test_a_probe_finding_names_its_lint_twin():
+    from loopcheck.findings import Finding, Severity
+
+    finding = Finding(code="LP301", name="lr-cadence", severity=Severity.ERROR, message="...", step=8)
+    assert finding.lint_twin == ("LC201", "LC202", "LC205")
+    assert finding.with_(code="LP105").lint_twin == ()

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from loopcheck.catalog import page
+from loopcheck.catalog import lint_twin, page
 from loopcheck.findings import Finding
 from loopcheck.errors import ProbeUsageError
 
@@ -85,15 +85,8 @@ class RunLog:
 def _finding(f: Finding) -> dict[str, Any]:
     return {
         "code": f.code, "name": f.name, "severity": f.severity.value, "message": f.message,
-        "step": f.step, "where": f.where, "rank": f.rank, "count": f.count, "lint": list(_twins(f.code)),
+        "step": f.step, "where": f.where, "rank": f.rank, "count": f.count, "lint": list(f.lint_twin),
     }
-
-
-def _twins(code: str) -> tuple[str, ...]:
-    try:
-        return page(code).lint_twin
-    except KeyError:
-        return ()
 
 
 def _objects(probe: "Probe") -> dict[str, Any]:
@@ -177,7 +170,7 @@ def findings_table(findings: list[dict[str, Any]], title: str) -> Any:
     style = {"error": "bold red", "warning": "yellow", "info": "cyan"}
     for f in findings:
         rank = f" (rank {f['rank']})" if f.get("rank") is not None else ""
-        twins = _twins(f["code"])
+        twins = lint_twin(f["code"])
         before = f"\nBefore the run, `loopcheck lint` finds it as {', '.join(twins)}." if twins else ""
         text = f"{f['message']}\n[dim]{fix_hint(f['code'])}{before}[/]"
         table.add_row(
