@@ -48,7 +48,7 @@ def nan_origins(probe) -> list[tuple[str | None, int | None]]:
 
 # Lightning ----------------------------------------------------------------------------------------
 
-def _lightning_fit(corrupt: bool, tmp_path):
+def _lightning_fit(corrupt: bool, tmp_path, crash_at: int | None = None):
     pl = pytest.importorskip("lightning.pytorch", reason="lightning is not installed (test extra)")
     from loopcheck.probe.adapters.lightning import LoopcheckCallback
 
@@ -58,6 +58,8 @@ def _lightning_fit(corrupt: bool, tmp_path):
             self.net = mlp()
 
         def training_step(self, batch, batch_idx):
+            if batch_idx == crash_at:
+                raise RuntimeError("out of memory (simulated)")
             x, y = batch
             return F.cross_entropy(self.net(x), y)
 
@@ -85,6 +87,14 @@ def test_lightning_callback_finds_the_corrupt_row_and_a_clean_fit_is_clean(tmp_p
     clean = _lightning_fit(corrupt=False, tmp_path=tmp_path)
     assert clean.step == 8 and clean.findings == []
     assert not clean.live
+
+
+def test_lightning_callback_ends_the_probe_when_the_fit_dies(tmp_path):
+    with pytest.raises(RuntimeError, match="simulated"):
+        _lightning_fit(corrupt=False, tmp_path=tmp_path, crash_at=3)
+    assert not getattr(torch.Tensor.backward, "__loopcheck_wrapped__", False)
+    lines = (tmp_path / "run.jsonl").read_text().splitlines()
+    assert '"type": "end"' in lines[-1] and '"step": 3' in lines[-1]
 
 
 # Hugging Face Trainer ------------------------------------------------------------------------------
