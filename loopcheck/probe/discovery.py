@@ -27,6 +27,8 @@ and end the search for models. Anything added next to explicit arguments is name
 from __future__ import annotations
 
 import gc
+import os
+import sys
 import warnings
 from typing import Any, Callable, Iterable
 
@@ -287,7 +289,18 @@ class Discovery:
 def _warn(message: str) -> None:
     from loopcheck.probe.probe import ProbeWarning
 
-    warnings.warn(f"loopcheck probe: {message}", ProbeWarning, stacklevel=4)
+    warnings.warn(f"loopcheck probe: {message}", ProbeWarning, stacklevel=_user_stacklevel())
+
+
+_OWN_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(torch.__file__)))
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel that points a warning at the caller's line, past loopcheck's and torch's frames."""
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_OWN_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _shares_parameters(optimizer: Optimizer, models: list[nn.Module]) -> bool:

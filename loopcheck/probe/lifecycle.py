@@ -41,7 +41,7 @@ def decorate(probe: "Probe", fn: Callable[..., Any]) -> Callable[..., Any]:
     """`@loopcheck.probe(...)` on a training function: each call runs inside a new probe."""
     from loopcheck.probe.probe import Probe
 
-    arguments = probe.arguments
+    arguments = probe._arguments
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:

@@ -68,8 +68,8 @@ class Probe:
         discover: bool = True,
         **options: Any,
     ) -> None:
-        self.arguments = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, log=log,
-                              on_finding=on_finding, detectors=detectors, discover=discover, **options)
+        self._arguments = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, log=log,
+                               on_finding=on_finding, detectors=detectors, discover=discover, **options)
         if on_finding not in _ON_FINDING:
             raise ProbeUsageError(f"on_finding must be one of {', '.join(_ON_FINDING)}, not {on_finding!r}")
         self.on_finding = on_finding

@@ -74,11 +74,25 @@ def test_same_findings_as_objects_passed_by_hand(fault):
 
 def test_a_scheduler_not_passed_is_found_and_named():
     net, opt, sched = build()
-    with pytest.warns(ProbeWarning, match="found StepLR, not passed to the probe as scheduler="):
+    with pytest.warns(ProbeWarning, match="found StepLR, not passed to the probe as scheduler=") as caught:
         with quiet(model=net, optimizer=opt) as probe:
             train(net, opt, sched, 12, sched_twice=True)
     assert probe.schedulers == [sched]
     assert "LP301" in {f.code for f in probe.findings}
+    assert [w.filename for w in caught if "found StepLR" in str(w.message)] == [__file__]  # the user's line
+
+
+def test_a_gradscaler_not_passed_is_found_at_its_first_use_and_named():
+    net, opt, _ = build()
+    scaler = torch.amp.GradScaler("cpu")
+    with pytest.warns(ProbeWarning, match="found GradScaler, not passed to the probe as scaler="):
+        with quiet(model=net, optimizer=opt) as probe:
+            for x, y in Batches().epoch(3):
+                opt.zero_grad()
+                scaler.scale(F.cross_entropy(net(x), y)).backward()
+                scaler.step(opt)
+                scaler.update()
+    assert probe.scaler is scaler and probe.step + probe.skipped == 3
 
 
 def test_scheduler_stepped_before_the_first_optimizer_step_is_seen_in_discovery():
