@@ -37,6 +37,8 @@ from torch import nn
 from torch.optim import Optimizer, lr_scheduler
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from loopcheck.errors import ProbeError
+
 _MODULE_STEPS = 20  # optimizer steps after which models are no longer looked for
 # Classes whose own __init__ / step a scheduler goes through (the others inherit them).
 _SCHEDULER_INITS = (lr_scheduler.LRScheduler, lr_scheduler.SequentialLR, lr_scheduler.ChainedScheduler,
@@ -76,6 +78,7 @@ class Discovery:
         self._held_elsewhere: bool | None = None
         self._backwards = 0  # backward passes with models watched and no optimizer stepped yet
         self._told: set[int] = set()
+        self.failed = False
         hooks = probe.hooks
         hooks.enter_context(register_optimizer_step_pre_hook(self._on_optimizer_step))
         for cls in _SCHEDULER_INITS:
@@ -100,36 +103,41 @@ class Discovery:
             self._fresh.append(module)
 
     def _on_optimizer_step(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        if self._on():
+            self._contained(self._step_starts, optimizer)
+        return None
+
+    def _step_starts(self, optimizer: Optimizer) -> None:
         probe = self.probe
-        if not probe.live:
-            return None
         if id(optimizer) not in probe.opt_index:
             self._adopt_optimizer(optimizer)
         elif self._module_hook is not None:
             self._refresh()
             if probe.step >= _MODULE_STEPS or (probe.step and self._models_cover_optimizers()):
                 self._stop_looking_for_models()
-        return None
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         discovery = self
 
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            probe = discovery.probe
-            if not probe.live:
+            if not discovery._on():
                 return original(tensor, *args, **kwargs)
-            if discovery._fresh:
-                discovery._refresh()
-            if probe.models and not probe.optimizers and not discovery.optimizers_given:
-                discovery._backwards += 1
-                if discovery._backwards > 1:  # the first may well be followed by an optimizer step
-                    discovery._stand_in()
+            discovery._contained(discovery._backward_starts)
             result = original(tensor, *args, **kwargs)
-            stand_in = discovery.stand_in
+            stand_in, probe = discovery.stand_in, discovery.probe
             if stand_in is not None and probe.live and id(stand_in) in probe.opt_index:
                 stand_in.step()
             return result
         return backward
+
+    def _backward_starts(self) -> None:
+        probe = self.probe
+        if self._fresh:
+            self._refresh()
+        if probe.models and not probe.optimizers and not self.optimizers_given:
+            self._backwards += 1
+            if self._backwards > 1:  # the first may well be followed by an optimizer step
+                self._stand_in()
 
     def _wrap_scheduler_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
         discovery = self
@@ -140,20 +148,22 @@ class Discovery:
                 original(scheduler, *args, **kwargs)
             finally:
                 discovery._building -= 1
-            if discovery.probe.live and discovery._building == 0:
-                discovery._schedulers.append(scheduler)
-                if id(getattr(scheduler, "optimizer", None)) in discovery.probe.opt_index:
-                    discovery._refresh(schedulers=discovery._schedulers_of([scheduler.optimizer]))
+            if discovery._on() and discovery._building == 0:
+                discovery._contained(discovery._constructed, scheduler)
         return __init__
+
+    def _constructed(self, scheduler: Any) -> None:
+        self._schedulers.append(scheduler)
+        if id(getattr(scheduler, "optimizer", None)) in self.probe.opt_index:
+            self._refresh(schedulers=self._schedulers_of([scheduler.optimizer]))
 
     def _wrap_scheduler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
         discovery = self
 
         def step(scheduler: Any, *args: Any, **kwargs: Any) -> Any:
-            probe = discovery.probe
-            if discovery._building or not probe.live or id(scheduler) in probe.sched_index:
+            if discovery._building or not discovery._on() or id(scheduler) in discovery.probe.sched_index:
                 return original(scheduler, *args, **kwargs)
-            if discovery._adopt_scheduler(scheduler):
+            if discovery._contained(discovery._adopt_scheduler, scheduler):
                 return type(scheduler).step(scheduler, *args, **kwargs)  # now through the probe's wrapper
             return original(scheduler, *args, **kwargs)
         return step
@@ -163,13 +173,30 @@ class Discovery:
 
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             def use(scaler: Any, *args: Any, **kwargs: Any) -> Any:
-                probe = discovery.probe
-                if probe.live and scaler is not probe.scaler:
-                    if discovery._adopt_scaler(scaler, args[0] if name != "scale" and args else None):
+                if discovery._on() and scaler is not discovery.probe.scaler:
+                    optimizer = args[0] if name != "scale" and args else None
+                    if discovery._contained(discovery._adopt_scaler, scaler, optimizer):
                         return getattr(type(scaler), name)(scaler, *args, **kwargs)
                 return original(scaler, *args, **kwargs)
             return use
         return make
+
+    # Containment -----------------------------------------------------------------------------
+    def _on(self) -> bool:
+        return self.probe.live and not self.failed
+
+    def _contained(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a step of the search; if it fails, say so once and search no more (training goes on)."""
+        try:
+            return fn(*args)
+        except ProbeError:
+            raise
+        except Exception as err:
+            self.failed = True
+            self._stop_looking_for_models()
+            _warn(f"finding the run's objects failed ({type(err).__name__}: {err}) and was switched off: "
+                  f"what was not passed to the probe and not found yet is not watched")
+            return None
 
     # Adoption --------------------------------------------------------------------------------
     def _adopt_optimizer(self, optimizer: Any) -> bool:

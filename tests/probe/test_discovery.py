@@ -281,3 +281,18 @@ def test_the_run_log_records_what_was_found_and_the_report_shows_it(tmp_path, ca
     out = capsys.readouterr().out
     assert "model Net" in out and "optimizer AdamW" in out and "scheduler StepLR" in out
     assert probe.step == 12
+
+
+def test_a_failing_search_is_switched_off_and_the_run_goes_on(monkeypatch):
+    from loopcheck.probe import discovery
+
+    def broken(self):
+        raise RuntimeError("simulated bug in the search")
+
+    monkeypatch.setattr(discovery.Discovery, "_new_roots", broken)
+    net, opt, sched = build()
+    with pytest.warns(ProbeWarning, match="finding the run's objects failed .*simulated bug"):
+        with quiet() as probe:
+            train(net, opt, sched, 6)
+    assert probe.models == [] and probe.step == 0  # nothing found, nothing broken
+    assert all(torch.isfinite(p).all() for p in net.parameters())
