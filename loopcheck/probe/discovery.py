@@ -94,7 +94,7 @@ class Discovery:
             self._module_hook = nn.modules.module.register_module_forward_pre_hook(self._on_forward)
             hooks.callback(self._stop_looking_for_models)
         if probe.optimizers:
-            self._refresh(schedulers=self._schedulers_of(probe.optimizers))
+            self._contained(lambda: self._refresh(schedulers=self._schedulers_of(probe.optimizers)))
 
     # Hooks -----------------------------------------------------------------------------------
     def _on_forward(self, module: nn.Module, args: Any) -> None:
