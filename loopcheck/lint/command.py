@@ -28,6 +28,7 @@ from loopcheck.lint.output.report import plural
 from loopcheck.lint.suppress import UNUSED_CODE, unused
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+STDIN = "-"
 
 
 @dataclass
@@ -49,6 +50,8 @@ class LintOptions:
     isolated: bool = False
     warn_unused_suppressions: bool = False
     force_exclude: bool = False
+    respect_gitignore: bool = True
+    extend_exclude: tuple[str, ...] = ()
 
 
 class UsageError(Exception):
@@ -126,31 +129,31 @@ class _Run:
     # -- files ---------------------------------------------------------------------------------
 
     def collect(self) -> tuple[list[Path], list[FileError]]:
-        from loopcheck.lint.engine import discover
+        from loopcheck.lint.discovery import discover
 
-        files, problems = discover([str(p) for p in self.opts.paths])
+        files, problems = discover(
+            [str(p) for p in self.opts.paths if str(p) != STDIN],
+            excluded=self.excluded,
+            respect_gitignore=self.opts.respect_gitignore,
+            force_exclude=self.opts.force_exclude,
+            notebooks=True,
+        )
         errors: list[FileError] = []
         for problem in problems:
             if Path(problem.path).is_dir():  # a folder without Python files is not an error
                 _say(f"warning: {problem.path}: {problem.message}")
             else:
                 errors.append(_file_error(problem))
-        named = [Path(p).resolve() for p in self.opts.paths]
-        kept: list[Path] = []
-        for f in files:
-            path = Path(f)
-            resolved = path.resolve()
-            if resolved in named:  # a file named on the command line
-                if not (self.opts.force_exclude and self.resolver.for_path(path).is_excluded(path)):
-                    kept.append(path)
-                continue
-            # the deepest named folder it was found in: only what lies below it can be excluded
-            below = max((d for d in named if d in resolved.parents), key=lambda d: len(d.parts), default=None)
-            if self.opts.force_exclude:
-                below = None
-            if not self.resolver.for_path(path).is_excluded(path, below=below):
-                kept.append(path)
-        return kept, errors
+        return files, errors
+
+    def excluded(self, path: Path, below: Path | None) -> bool:
+        """The configured `exclude` / `extend-exclude` (and --extend-exclude) for a path found
+        under the named folder `below` (None: a named path, or --force-exclude)."""
+        if self.resolver.for_path(path).is_excluded(path, below=below):
+            return True
+        from loopcheck.lint.config import path_matches
+
+        return any(path_matches(path, Path.cwd(), pattern, below=below) for pattern in self.opts.extend_exclude)
 
     # -- the run -------------------------------------------------------------------------------
 

@@ -91,6 +91,11 @@ def _package_root(directory: Path) -> Path:
     return root
 
 
+def forget(path: str) -> None:
+    """Drop what `remember` registered for path (a version of it that was only tried, never written)."""
+    _PARSED.pop(str(Path(path)), None)
+
+
 class ProjectIndex:
     """Resolves imports of the project's own modules to parsed modules."""
 
