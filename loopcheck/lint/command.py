@@ -585,9 +585,9 @@ def _file_error(e: Any) -> FileError:
 def _check_one(args: tuple) -> Any:
     """The engine's result for one file (`args`: path, enabled codes, and for standard input
     its bytes and whether it has a name to follow imports from); notebooks through notebook.py."""
+    from loopcheck.lint.discovery import ProjectImports
     from loopcheck.lint.engine import check_file, check_source
     from loopcheck.lint.notebook import check as check_notebook, is_notebook
-    from loopcheck.lint.project import ProjectIndex
 
     path, enabled = args[0], args[1]
     data = args[2] if len(args) > 2 else None
@@ -598,10 +598,10 @@ def _check_one(args: tuple) -> Any:
             from loopcheck.lint.engine import FileResult, LintError
 
             return FileResult(path, errors=[LintError(path, None, f"cannot read: {exc.strerror or exc}")])
-        return check_notebook(path, raw, enabled=enabled, project=ProjectIndex())
+        return check_notebook(path, raw, enabled=enabled, project=ProjectImports())
     if data is not None:
-        return check_source(data, path, enabled=enabled, project=ProjectIndex() if args[3] else None)
-    return check_file(path, enabled=enabled)
+        return check_source(data, path, enabled=enabled, project=ProjectImports() if args[3] else None)
+    return check_file(path, enabled=enabled, project=ProjectImports())
 
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None) -> Iterable[tuple[Path, Any]]:
     """Engine results of each file, in parallel processes when there are enough files."""

@@ -30,6 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from loopcheck.lint.project import ProjectIndex
+
 PYTHON_SUFFIXES = (".py", ".pyi")
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -59,16 +61,35 @@ class PathProblem:
 
 def is_environment(folder: Path) -> bool:
     """Whether folder is a Python environment (virtualenv or conda), whatever its name."""
-    return (folder / "pyvenv.cfg").is_file() or (folder / "conda-meta").is_dir()
+    return _is_environment(str(folder))
+
+
+@lru_cache(maxsize=4096)
+def _is_environment(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "pyvenv.cfg")) or os.path.isdir(os.path.join(folder, "conda-meta"))
 
 
 def in_environment(path: Path) -> bool:
     """Whether path lies inside a Python environment or an installed-packages folder."""
-    path = path.resolve()
+    path = Path(os.path.abspath(path))
     for folder in path.parents:
         if folder.name in ("site-packages", "dist-packages") or is_environment(folder):
             return True
     return False
+
+
+class ProjectImports(ProjectIndex):
+    """The project index as `loopcheck lint` uses it: imports are followed into the project's
+    own modules, never into an environment or installed packages (a file named inside one is
+    checked alone, instead of walking the whole installed package)."""
+
+    def resolve(self, from_path: str, module: str, level: int = 0) -> Path | None:
+        if from_path and not from_path.startswith("<") and in_environment(Path(from_path)):
+            return None
+        found = super().resolve(from_path, module, level)
+        if found is not None and in_environment(found):
+            return None
+        return found
 
 
 def skipped_folder(folder: Path) -> bool:

@@ -140,3 +140,21 @@ def test_without_a_repository_the_named_folder_ignore_files_apply(tmp_path: Path
     write(tmp_path, "old/a.py")
     write(tmp_path, "new/b.py")
     assert found(tmp_path) == ["new/b.py"]
+
+
+def test_imports_are_never_followed_into_environments(tmp_path: Path) -> None:
+    from loopcheck.lint.discovery import ProjectImports
+
+    write(tmp_path, "proj/model.py")
+    train = write(tmp_path, "proj/train.py", "from model import Net\n")
+    write(tmp_path, "proj/.venv/pyvenv.cfg", "")
+    site = tmp_path / "proj/.venv/lib/python3.11/site-packages/big"
+    write(site, "__init__.py")
+    write(site, "core.py")
+    inside = write(site, "api.py", "from .core import thing\n")
+    index = ProjectImports()
+    assert index.resolve(str(train), "model") == tmp_path / "proj/model.py"
+    assert index.resolve(str(inside), "core", level=1) is None  # a file named inside an installed package is checked alone
+    write(tmp_path, "proj/env/pyvenv.cfg", "")
+    write(tmp_path, "proj/env/helpers.py")
+    assert index.resolve(str(train), "env.helpers") is None

@@ -72,3 +72,53 @@ def test_noqa_and_selection_are_flake8s(project):
 def test_the_plugin_is_registered_under_the_lc_prefix(project):
     result = flake8("--version", cwd=project)
     assert "loopcheck" in result.stdout
+
+
+MODEL = textwrap.dedent(
+    """\
+    import torch.nn.functional as F
+    from torch import nn
+
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(784, 10)
+
+        def forward(self, x):
+            return F.softmax(self.head(x), dim=1)
+    """
+)
+TRAIN = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+    from model import Classifier
+
+
+    def train(loader, epochs):
+        model = Classifier()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        criterion = nn.CrossEntropyLoss()
+        for epoch in range(epochs):
+            for images, labels in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(images), labels)
+                loss.backward()
+                optimizer.step()
+    """
+)
+
+
+def test_the_plugin_follows_local_imports_like_the_cli(tmp_path, monkeypatch):
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "train.py").write_text(TRAIN)
+    result = flake8("--select", "LC", "train.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("train.py:14:"), result.stdout
+    assert " LC602 " in result.stdout
+    from loopcheck.lint.command import LintOptions, run  # the CLI sees the same finding
+
+    monkeypatch.chdir(tmp_path)
+    assert run(LintOptions(paths=[Path("train.py")], format="concise", no_cache=True)) == 1
