@@ -38,6 +38,11 @@ def test_the_action_runs_the_tested_script():
     assert step["run"] == 'bash "$GITHUB_ACTION_PATH/scripts/action.sh"'
     assert set(step["env"]) == {f"INPUT_{name.upper()}" for name in action["inputs"]}
     assert (ROOT / "scripts" / "action.sh").is_file()
+    # the README's usage names only inputs the action has
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    usage = readme.split("uses: <owner>/loopcheck@<rev>", 1)[1].split("```", 1)[0]
+    named = {line.strip().lstrip("# ").split(":", 1)[0] for line in usage.splitlines()[2:] if ":" in line}
+    assert named and named <= set(action["inputs"]), named
 
 
 @pytest.mark.slow

@@ -43,6 +43,15 @@ CLEAN = BUGGY.replace(
 assert CLEAN != BUGGY
 
 
+def readme_config(*, repo: str, rev: str) -> str:
+    """The README's `.pre-commit-config.yaml` snippet, its placeholders filled in."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### pre-commit", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "<repository>" in block and "<rev>" in block, block
+    return block.replace("<repository>", repo).replace("<rev>", rev)
+
+
 @pytest.fixture(scope="module")
 def hook_run(tmp_path_factory):
     if shutil.which("git") is None:
@@ -72,9 +81,7 @@ def hook_run(tmp_path_factory):
 
     def configured(*files: str) -> subprocess.CompletedProcess[str]:
         rev = git("rev-parse", "HEAD", cwd=repo).strip()
-        (work / ".pre-commit-config.yaml").write_text(
-            f"repos:\n  - repo: {repo}\n    rev: {rev}\n    hooks:\n      - id: loopcheck\n"
-        )
+        (work / ".pre-commit-config.yaml").write_text(readme_config(repo=str(repo), rev=rev))
         return run("run", "--files", *files)
 
     return try_repo, configured, home
