@@ -6,28 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.offline import ROOT, offline_pip, snapshot_of_this_tree, wheelhouse
+from tests.projects import ZERO_GRAD_LATE
 
-BUGGY = textwrap.dedent(
-    """\
-    import torch
-
-
-    def train(model, loader, optimizer, epochs):
-        for epoch in range(epochs):
-            for inputs, targets in loader:
-                loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-                loss.backward()
-                optimizer.zero_grad()
-                optimizer.step()
-    """
-)
+BUGGY = ZERO_GRAD_LATE
 
 
 def test_the_action_runs_the_tested_script():

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
+from loopcheck.lint.output.report import FileError  # a named path that cannot be used is reported like a file that cannot be read
 from loopcheck.lint.project import ProjectIndex
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -44,19 +45,6 @@ DEFAULT_EXCLUDE = frozenset({
 })
 
 Excluded = Callable[[Path, "Path | None"], bool]
-
-
-@dataclass
-class PathProblem:
-    """A named path that could not be used (missing, not a file or folder, nothing to check)."""
-
-    path: str
-    line: int | None
-    message: str
-    code: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "line": self.line, "message": self.message}
 
 
 def is_environment(folder: Path) -> bool:
@@ -318,9 +306,9 @@ class Discovery:
     def suffixes(self) -> tuple[str, ...]:
         return PYTHON_SUFFIXES + ((NOTEBOOK_SUFFIX,) if self.notebooks else ())
 
-    def files(self, paths: Iterable[str | Path]) -> tuple[list[Path], list[PathProblem]]:
+    def files(self, paths: Iterable[str | Path]) -> tuple[list[Path], list[FileError]]:
         found: dict[Path, None] = {}
-        problems: list[PathProblem] = []
+        problems: list[FileError] = []
         for raw in paths:
             path = Path(raw)
             if path.is_file():
@@ -328,16 +316,16 @@ class Discovery:
                     found[path] = None
                 continue
             if not path.exists():
-                problems.append(PathProblem(str(raw), None, "no such file or directory"))
+                problems.append(FileError(str(raw), None, "no such file or directory"))
                 continue
             if not path.is_dir():
-                problems.append(PathProblem(str(raw), None, "not a regular file or directory"))
+                problems.append(FileError(str(raw), None, "not a regular file or directory"))
                 continue
             if self.force_exclude and self.named_file_excluded(path):
                 continue
             below = list(self.walk(path))
             if not below:
-                problems.append(PathProblem(str(raw), None, "no Python files found"))
+                problems.append(FileError(str(raw), None, "no Python files found"))
             for f in below:
                 found[f] = None
         return list(found), problems
@@ -395,7 +383,7 @@ def discover(
     respect_gitignore: bool = True,
     force_exclude: bool = False,
     notebooks: bool = False,
-) -> tuple[list[Path], list[PathProblem]]:
+) -> tuple[list[Path], list[FileError]]:
     """The files to check under `paths` (named files are always included unless
     `force_exclude`), and the problems with the paths themselves."""
     return Discovery(exclude, excluded, respect_gitignore, force_exclude, notebooks).files(paths)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.projects import ENGINE, MAIN
+
 from .conftest import CLEAN, OLD_AMP, SOFTMAX_CE, UNSAFE_LOAD, line_of, write
 
 SCHEMA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sarif-schema-2.1.0.json"
@@ -206,31 +208,6 @@ def test_parallel_jobs_give_the_same_report(lint, project):
     assert serial == parallel
     assert serial["summary"]["findings"] == 12 and serial["summary"]["files_checked"] == 12
     assert lint(".", "--jobs", "0").exit_code == 2
-
-
-ENGINE = """\
-def train_one_epoch(model, loader, optimizer, criterion):
-    model.train()
-    for inputs, targets in loader:
-        loss = criterion(model(inputs), targets)
-        loss.backward()
-        optimizer.zero_grad()
-        optimizer.step()
-"""
-
-MAIN = """\
-import torch
-from torch import nn
-
-from engine import train_one_epoch
-
-
-def main(model, loader, epochs):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    criterion = nn.CrossEntropyLoss()
-    for epoch in range(epochs):
-        train_one_epoch(model, loader, optimizer, criterion)
-"""
 
 
 def test_a_helper_reached_from_two_files_is_reported_once(lint, project):

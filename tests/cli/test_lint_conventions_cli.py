@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -17,21 +16,9 @@ from loopcheck import __version__
 from loopcheck.catalog import page
 from loopcheck.cli import app
 
+from tests.projects import ENGINE, MAIN, ZERO_GRAD_LATE
+
 from .conftest import CLEAN, OLD_AMP, SOFTMAX_CE, UNSAFE_LOAD, line_of, write
-
-ZERO_GRAD_LATE = """\
-import torch
-
-
-def train(model, loader, optimizer, epochs):
-    for epoch in range(epochs):
-        for inputs, targets in loader:
-            loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-            loss.backward()
-            optimizer.zero_grad()
-            optimizer.step()
-"""
-
 
 def stdin(lint, *args: str, data: str | bytes):
     return lint.runner.invoke(app, ["lint", *args], input=data, catch_exceptions=False)
@@ -259,28 +246,6 @@ def test_extend_exclude_from_the_configuration_and_the_command_line(lint, projec
     assert [f["path"] for f in doc["findings"]] == ["old/train.py"]
     doc = json.loads(lint(".", "--extend-exclude", "old", "-f", "json").stdout)
     assert doc["findings"] == [] and doc["summary"]["files_checked"] == 1
-
-
-ENGINE = """\
-def train_one_epoch(model, loader, optimizer, criterion):
-    for inputs, targets in loader:
-        loss = criterion(model(inputs), targets)
-        loss.backward()
-        optimizer.zero_grad()
-        optimizer.step()
-"""
-MAIN = """\
-import torch
-from torch import nn
-
-from engine import train_one_epoch
-
-
-def main(model, loader, epochs):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(epochs):
-        train_one_epoch(model, loader, optimizer, nn.CrossEntropyLoss())
-"""
 
 
 def test_findings_stay_in_the_files_being_linted_and_out_of_excluded_ones(lint, project):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.projects import MODEL, TRAIN
+
 pytest.importorskip("flake8")
 
 BUGGY = textwrap.dedent(
@@ -73,42 +75,6 @@ def test_the_plugin_is_registered_under_the_lc_prefix(project):
     result = flake8("--version", cwd=project)
     assert "loopcheck" in result.stdout
 
-
-MODEL = textwrap.dedent(
-    """\
-    import torch.nn.functional as F
-    from torch import nn
-
-
-    class Classifier(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.head = nn.Linear(784, 10)
-
-        def forward(self, x):
-            return F.softmax(self.head(x), dim=1)
-    """
-)
-TRAIN = textwrap.dedent(
-    """\
-    import torch
-    from torch import nn
-
-    from model import Classifier
-
-
-    def train(loader, epochs):
-        model = Classifier()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-        criterion = nn.CrossEntropyLoss()
-        for epoch in range(epochs):
-            for images, labels in loader:
-                optimizer.zero_grad()
-                loss = criterion(model(images), labels)
-                loss.backward()
-                optimizer.step()
-    """
-)
 
 
 def test_the_plugin_follows_local_imports_like_the_cli(tmp_path, monkeypatch):

@@ -14,28 +14,15 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from tests.offline import ROOT, git, offline_pip, snapshot_of_this_tree, wheelhouse
+from tests.projects import ZERO_GRAD_LATE
 
 pytest.importorskip("pre_commit")
 
-BUGGY = textwrap.dedent(
-    """\
-    import torch
-
-
-    def train(model, loader, optimizer, epochs):
-        for epoch in range(epochs):
-            for inputs, targets in loader:
-                loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-                loss.backward()
-                optimizer.zero_grad()
-                optimizer.step()
-    """
-)
+BUGGY = ZERO_GRAD_LATE
 CLEAN = BUGGY.replace(
     "            optimizer.zero_grad()\n            optimizer.step()\n",
     "            optimizer.step()\n            optimizer.zero_grad()\n",
