@@ -33,7 +33,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Find the silent bugs of hand-written PyTorch training loops."""
 
@@ -61,6 +61,16 @@ def rules(
 @app.command()
 def explain(code: str = typer.Argument(..., help="A rule code, e.g. LC102.")) -> None:
     """Print a rule's page: what it finds, why it matters, bad and good code, the fix."""
+    _print_page(code)
+
+
+@app.command("rule")
+def rule(code: str = typer.Argument(..., help="A rule code, e.g. LC102.")) -> None:
+    """Print a rule's page (the same as `explain`, named as in Ruff)."""
+    _print_page(code)
+
+
+def _print_page(code: str) -> None:
     from rich.markdown import Markdown
 
     try:
@@ -77,8 +87,8 @@ def explain(code: str = typer.Argument(..., help="A rule code, e.g. LC102.")) ->
 
 @app.command()
 def lint(
-    paths: List[Path] = typer.Argument(None, help="Files and directories to check (default: the current directory)."),
-    format: str = typer.Option("text", "--format", "-f", help="text, concise, json, sarif or github."),
+    paths: List[Path] = typer.Argument(None, help="Files and directories to check (default: the current directory); `-` reads standard input."),
+    format: str = typer.Option("text", "--format", "--output-format", "-f", help="text, concise, json, sarif or github."),
     select: Optional[str] = typer.Option(None, "--select", help="Only these codes or prefixes, comma-separated (LC1,LC201)."),
     extend_select: Optional[str] = typer.Option(None, "--extend-select", help="Add codes to the configured selection."),
     ignore: Optional[str] = typer.Option(None, "--ignore", help="Skip these codes or prefixes, comma-separated."),
@@ -93,8 +103,16 @@ def lint(
     config: Optional[Path] = typer.Option(None, "--config", help="Use this pyproject.toml or loopcheck.toml instead of searching."),
     isolated: bool = typer.Option(False, "--isolated", help="Ignore every configuration file."),
     warn_unused_noqa: bool = typer.Option(False, "--warn-unused-suppressions", help="Report suppressions that suppress nothing (LC001)."),
-    force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply the configured exclude to files named on the command line too (for pre-commit)."),
     runtime_log: Optional[Path] = typer.Option(None, "--runtime-log", help="A probe run log (JSONL): mark the findings that run confirmed."),
+    force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply the excludes (configured, .gitignore, virtualenvs) to files named on the command line too (for pre-commit)."),
+    extend_exclude: Optional[str] = typer.Option(None, "--extend-exclude", help="More globs to exclude, comma-separated."),
+    respect_gitignore: bool = typer.Option(True, "--respect-gitignore/--no-respect-gitignore", help="Skip what .gitignore, .ignore and git's excludes ignore."),
+    stdin_filename: Optional[str] = typer.Option(None, "--stdin-filename", help="The name of the source read from `-` (configuration, local imports, report)."),
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when findings are reported (2 still means a file could not be checked)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print the findings only: no summary, hints or warnings."),
+    add_noqa: bool = typer.Option(False, "--add-noqa", help="Add `# noqa: CODE` comments to the lines of the findings, in place."),
+    show_fixes: bool = typer.Option(False, "--show-fixes", help="With --fix or --diff, list the fixes applied."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Check again whenever a file changes (polling; Ctrl-C stops)."),
 ) -> None:
     """Check training scripts for silent training-loop bugs."""
     from loopcheck.lint.command import LintOptions, run
@@ -105,6 +123,9 @@ def lint(
         statistics=statistics, output=output, jobs=jobs, no_cache=no_cache, config=config,
         isolated=isolated, warn_unused_suppressions=warn_unused_noqa, force_exclude=force_exclude,
         runtime_log=runtime_log,
+        extend_exclude=tuple(p.strip() for p in (extend_exclude or "").split(",") if p.strip()),
+        respect_gitignore=respect_gitignore, stdin_filename=stdin_filename, exit_zero=exit_zero,
+        quiet=quiet, add_noqa=add_noqa, show_fixes=show_fixes, watch=watch,
     )
     raise typer.Exit(run(options))
 

@@ -128,7 +128,7 @@ class Cache:
                 return self._miss()
             entry = Entry(
                 findings=[_finding_from_json(d) for d in raw["findings"]],
-                errors=[FileError(e["path"], e["line"], e["message"], e.get("code")) for e in raw["errors"]],
+                errors=[FileError(e["path"], e["line"], e["message"], e.get("code"), e.get("column")) for e in raw["errors"]],
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return self._miss()
@@ -149,7 +149,8 @@ class Cache:
             "sha": digest(data),
             "deps": deps,
             "findings": [_finding_to_json(f) for f in findings],
-            "errors": [{"path": e.path, "line": e.line, "message": e.message, "code": e.code} for e in errors],
+            "errors": [{"path": e.path, "line": e.line, "message": e.message, "code": e.code, "column": e.column}
+                       for e in errors],
         }
         target = self._entry_path(path, key)
         try:

@@ -33,7 +33,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "severity", "fail-on")
+KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude", "severity", "fail-on")
 DEFAULT_FAIL_ON = Severity.WARNING
 META_PREFIX = "LC0"
 
@@ -301,9 +301,12 @@ def parse_table(table: dict[str, Any], path: Path, label: str) -> Config:
             raise ConfigError(f"{where('per-file-ignores')}.{glob!r}: expected a list of rule codes, got {_describe(codes)}")
         per_file.append((glob, parse_selectors(codes, f"{where('per-file-ignores')}.{glob!r}")))
 
-    exclude = table.get("exclude", [])
-    if not isinstance(exclude, list) or not all(isinstance(e, str) for e in exclude):
-        raise ConfigError(f"{where('exclude')}: expected a list of glob patterns, got {_describe(exclude)}")
+    exclude: list[str] = []
+    for key in ("exclude", "extend-exclude"):
+        patterns = table.get(key, [])
+        if not isinstance(patterns, list) or not all(isinstance(e, str) for e in patterns):
+            raise ConfigError(f"{where(key)}: expected a list of glob patterns, got {_describe(patterns)}")
+        exclude.extend(patterns)
 
     severity: list[tuple[str, Severity]] = []
     raw_sev = table.get("severity", {})

@@ -19,7 +19,6 @@ and rules that fail, become `LintError` entries while the rest still runs.
 from __future__ import annotations
 
 import ast
-import fnmatch
 import io
 import os
 import re
@@ -31,11 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from loopcheck.findings import Finding
+from loopcheck.lint.discovery import discover  # noqa: F401  (re-exported: discovery lives there)
 
 if TYPE_CHECKING:  # libcst is imported when a file is parsed: a run served by the cache never needs it
     import libcst as cst
-
-SKIP_DIRS = frozenset({".git", ".venv", "venv", "build", "dist", "__pycache__", "node_modules", ".tox", ".eggs"})
 
 # A file with none of these words cannot hold anything a rule looks for by itself...
 _RELEVANT = re.compile(
@@ -84,64 +82,6 @@ class LintReport:
 
 def _everything(code: str) -> bool:
     return True
-
-
-# ------------------------------------------------------------------------------------------
-# discovery
-# ------------------------------------------------------------------------------------------
-
-
-def _excluded(path: Path, root: Path, patterns: Sequence[str]) -> bool:
-    if not patterns:
-        return False
-    try:
-        rel = path.relative_to(root).as_posix()
-    except ValueError:
-        rel = path.as_posix()
-    parts = rel.split("/")
-    for pattern in patterns:
-        pat = pattern.rstrip("/")
-        if fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(path.name, pat):
-            return True
-        if any(fnmatch.fnmatch(part, pat) for part in parts[:-1]):
-            return True
-        if fnmatch.fnmatch(rel, pat + "/*"):
-            return True
-    return False
-
-
-def discover(paths: Iterable[str | Path], exclude: Sequence[str] = ()) -> tuple[list[Path], list[LintError]]:
-    """The Python files under `paths` (named files are always included), and path problems."""
-    files: dict[Path, None] = {}
-    errors: list[LintError] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_file():
-            files[path] = None
-            continue
-        if not path.exists():
-            errors.append(LintError(str(raw), None, "no such file or directory"))
-            continue
-        if not path.is_dir():
-            errors.append(LintError(str(raw), None, "not a regular file or directory"))
-            continue
-        found: list[Path] = []
-        for folder, dirnames, filenames in os.walk(path):
-            here = Path(folder)
-            dirnames[:] = sorted(
-                d for d in dirnames
-                if d not in SKIP_DIRS and not d.startswith(".") and not _excluded(here / d, path, exclude)
-            )
-            for name in sorted(filenames):
-                if name.endswith((".py", ".pyi")) and not name.startswith("."):
-                    candidate = here / name
-                    if not _excluded(candidate, path, exclude):
-                        found.append(candidate)
-        if not found:
-            errors.append(LintError(str(raw), None, "no Python files found"))
-        for f in found:
-            files[f] = None
-    return list(files), errors
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """flake8 plugin: `flake8 --select LC` runs loopcheck's lint rules on each file flake8 checks.
 
-flake8 owns selection and `# noqa` here: the plugin reports every loopcheck finding located in
-the file, as `(line, column, "LC102 message", type)`, with loopcheck's own suppression comments
+The file is checked as `loopcheck lint` checks it: calls are followed into the project's own
+modules (never into environments or installed packages), and only findings located in the file
+itself are reported. flake8 owns selection and `# noqa` here: the plugin reports every loopcheck
+finding located in the file, as `(line, column, "LC102 message", type)`, with loopcheck's own suppression comments
 switched off, and flake8 filters them (so `--disable-noqa` and `--extend-ignore` work as usual). Files flake8
 cannot parse get flake8's own E999, so loopcheck's parse errors are not repeated.
 """
@@ -39,11 +41,14 @@ class LoopcheckChecker:
 
     def run(self) -> Iterator[tuple[int, int, str, Any]]:
         from loopcheck.lint import suppress
-        from loopcheck.lint.engine import check_source
+        from loopcheck.lint.engine import check_source, project_for
 
         source = "".join(self.lines)
+        project = None if self.filename in ("-", "stdin") else project_for(self.filename)
         with suppress.disabled():
-            result = check_source(source, self.filename, enabled=_is_lint_code)
+            # flake8 hands over the file as it is on disk: the files importing it count too
+            result = check_source(source, self.filename, enabled=_is_lint_code, project=project,
+                                  on_disk=project is not None)
         for f in result.findings:
             if not _same_file(f.path, self.filename):
                 continue  # an event inlined from another module: reported when that file is linted

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopcheck.lint import memo
+from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.summary import ModuleSummary, summarize
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
@@ -139,7 +140,12 @@ class Project:
             folder = self._real.get(key[0])
             if folder is None:
                 folder = self._real[key[0]] = os.path.realpath(key[0])
-            self._resolved[key] = self._find(folder, module, level)
+            found = self._find(folder, module, level)
+            # never into an environment or installed packages: a file named inside one is
+            # checked alone, instead of walking the whole installed package
+            if found is not None and (in_environment(Path(folder)) or in_environment(found)):
+                found = None
+            self._resolved[key] = found
         return self._resolved[key]
 
     def _find(self, folder: str, module: str, level: int) -> Path | None:

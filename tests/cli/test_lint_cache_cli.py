@@ -3,50 +3,15 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import loopcheck.lint.engine as engine
+from tests.projects import MODEL, TRAIN
+
 from .conftest import UNSAFE_LOAD, write
 
-MODEL = textwrap.dedent(
-    """\
-    import torch.nn.functional as F
-    from torch import nn
-
-
-    class Classifier(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.head = nn.Linear(784, 10)
-
-        def forward(self, x):
-            return F.softmax(self.head(x), dim=1)
-    """
-)
-
-TRAIN = textwrap.dedent(
-    """\
-    import torch
-    from torch import nn
-
-    from model import Classifier
-
-
-    def train(loader, epochs):
-        model = Classifier()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-        criterion = nn.CrossEntropyLoss()
-        for epoch in range(epochs):
-            for images, labels in loader:
-                optimizer.zero_grad()
-                loss = criterion(model(images), labels)
-                loss.backward()
-                optimizer.step()
-    """
-)
 
 
 @pytest.fixture

@@ -79,3 +79,37 @@ def test_fix_respects_per_file_ignores(lint, project):
     lint(".", "--fix")
     assert kept.read_text() == AMP
     assert "torch.cuda.amp" not in changed.read_text()
+
+
+TANGLED = """\
+import torch
+
+
+def train(model, loader, optimizer, scheduler):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        scheduler.step()
+        optimizer.zero_grad()
+        optimizer.step()
+"""
+
+
+def test_overlapping_fixes_are_all_applied_in_one_run(lint, project):
+    path = write(project / "train.py", TANGLED)
+    before = lint("train.py")
+    assert "[*] 2 fixable with `loopcheck lint --fix`." in before.stdout
+    result = lint("--fix", "train.py")
+    assert result.exit_code == 0, result.stdout
+    assert "No findings (1 file checked)." in result.stdout and "fixable" not in result.stdout
+    assert path.read_text().endswith("optimizer.step()\n        optimizer.zero_grad()\n        scheduler.step()\n")
+
+
+def test_fix_keeps_a_latin1_file_latin1(lint, project):
+    data = ("# -*- coding: latin-1 -*-\n# Réglages de l'entraînement\n" + OLD_AMP).encode("latin-1")
+    path = project / "amp_setup.py"
+    path.write_bytes(data)
+    result = lint("--fix", "amp_setup.py")
+    assert result.exit_code == 0
+    assert "Fixed 1 finding." in result.stdout
+    assert path.read_bytes() == data.replace(b"torch.cuda.amp.GradScaler()", b'torch.amp.GradScaler("cuda")')

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.projects import MODEL, TRAIN
+
 pytest.importorskip("flake8")
 
 BUGGY = textwrap.dedent(
@@ -72,3 +74,17 @@ def test_noqa_and_selection_are_flake8s(project):
 def test_the_plugin_is_registered_under_the_lc_prefix(project):
     result = flake8("--version", cwd=project)
     assert "loopcheck" in result.stdout
+
+
+
+def test_the_plugin_follows_local_imports_like_the_cli(tmp_path, monkeypatch):
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "train.py").write_text(TRAIN)
+    result = flake8("--select", "LC", "train.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("train.py:14:"), result.stdout
+    assert " LC602 " in result.stdout
+    from loopcheck.lint.command import LintOptions, run  # the CLI sees the same finding
+
+    monkeypatch.chdir(tmp_path)
+    assert run(LintOptions(paths=[Path("train.py")], format="concise", no_cache=True)) == 1

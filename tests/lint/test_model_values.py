@@ -172,3 +172,31 @@ def test_roles_through_a_method_return_and_a_tuple_returned_by_a_helper() -> Non
     assert m.bindings["self.optimizer"].role is Role.OPTIMIZER
     assert m.bindings["self.optimizer"].cls == "AdamW"  # from the constructor the method returns
     assert found(textwrap.dedent(source), "LC202") == {(24, "LC202")}
+
+
+def test_a_helper_returning_one_of_several_constructors_binds_no_class() -> None:
+    source = textwrap.dedent("""
+        import torch
+
+        def build_scheduler(name, optimizer, total_steps):
+            if name == "onecycle":
+                return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total_steps)
+            return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=1)
+
+        class Trainer:
+            def __init__(self, model, name, total_steps):
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                self.scheduler = build_scheduler(name, self.optimizer, total_steps)
+
+            def fit(self, loader):
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    self.model(x).sum().backward()
+                    self.optimizer.step()
+                    if self.name == "onecycle":
+                        self.scheduler.step()
+    """)
+    binding = model_of(source).bindings.get("self.scheduler")
+    assert binding is None or binding.cls is None
+    assert found(source, "LC204") == set()

@@ -153,7 +153,7 @@ def test_github_commands_use_the_right_level_and_escaping(report):
 
 def render_text(report: Report, **kwargs) -> str:
     buf = io.StringIO()
-    text.full(report, text.console(buf), lambda path: SOURCE if path == "pkg/train.py" else [], **kwargs)
+    text.full(report, text.console(buf), lambda f: SOURCE if f.path == "pkg/train.py" else [], **kwargs)
     return buf.getvalue()
 
 
@@ -189,7 +189,7 @@ def test_a_clean_report_says_so():
 def test_concise_and_statistics(report):
     assert text.concise(report).splitlines() == [
         "data.py:2:5: LC702 loader neither shuffles: 100% of batches in order, a:b,c",
-        "pkg/train.py:3:14: LC405 deprecated `torch.cuda.amp.GradScaler`",
+        "pkg/train.py:3:14: LC405 [*] deprecated `torch.cuda.amp.GradScaler`",
         "pkg/train.py:5:9: LC102 `optimizer.zero_grad()` runs between `loss.backward()` and `optimizer.step()`",
     ]
     stats = text.statistics_text(Report([make("LC102", 5, 9, 30, "m"), make("LC102", 9, 9, 30, "m"), make("LC405", 3, 1, 2, "m", fix=FIX)]))

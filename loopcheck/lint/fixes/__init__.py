@@ -41,6 +41,7 @@ class FixResult:
     source: str  # the fixed source (the input itself when nothing was fixed)
     fixed: list[Finding] = field(default_factory=list)  # findings whose fix was applied
     remaining: list[Finding] = field(default_factory=list)  # findings of the final source
+    rejected: list[tuple[Finding, str]] = field(default_factory=list)  # (finding, why its fix was not applied)
 
 
 def applicability(code: str) -> str:
@@ -72,7 +73,7 @@ def describe_fix(finding: Finding, ctx: "FileContext") -> dict | None:
     if change is None:
         return None
     edits = index.edits(change.module)
-    if not edits:
+    if not edits or module_methods(ctx.source).touches(edits):
         return None
     return {"applicability": kind, "message": change.message, "edits": [e.to_dict() for e in edits]}
 
@@ -115,6 +116,65 @@ def _parses(source: str) -> bool:
     return True
 
 
+class ModuleMethods:
+    """The line spans of the methods of `nn.Module` subclasses in a source: no fix touches them.
+
+    A model's forward runs inside whatever context its caller chose (training, evaluation, a
+    compiled graph); rewriting it (wrapping a loop in `no_grad`, moving calls) changes every
+    caller at once, so the finding stays and the change is left to the author."""
+
+    def __init__(self, spans: list[tuple[int, int, str]]) -> None:
+        self.spans = spans
+
+    def touches(self, edits: Iterable[Any]) -> str | None:
+        for e in edits:
+            line, end = (e.line, e.end_line) if isinstance(e, Edit) else (e["line"], e["end_line"])
+            for start, stop, name in self.spans:
+                if line <= stop and start <= end:
+                    return name
+        return None
+
+
+_METHODS: dict[str, ModuleMethods] = {}
+
+
+def module_methods(source: str) -> ModuleMethods:
+    found = _METHODS.get(source)
+    if found is None:
+        if len(_METHODS) > 32:
+            _METHODS.clear()
+        found = _METHODS[source] = ModuleMethods(_module_method_spans(source))
+    return found
+
+
+def _module_method_spans(source: str) -> list[tuple[int, int, str]]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+
+    def base_name(b: ast.expr) -> str:
+        return b.attr if isinstance(b, ast.Attribute) else b.id if isinstance(b, ast.Name) else ""
+
+    modules = {"Module"}  # nn.Module, torch.nn.Module, a bare `Module`, and subclasses of those in the file
+    while True:
+        more = {c.name for c in classes if c.name not in modules and any(base_name(b) in modules for b in c.bases)}
+        if not more:
+            break
+        modules |= more
+    spans = []
+    for c in classes:
+        if c.name in modules and any(base_name(b) in modules for b in c.bases):
+            for item in c.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    first = min([item.lineno] + [d.lineno for d in item.decorator_list])
+                    spans.append((first, item.end_lineno or item.lineno, f"{c.name}.{item.name}"))
+    return spans
+
+
 class _Fixes:
     """The fixes of one version of the source: the engine's when the findings carry them,
     else described here (one parse and one loop model for all findings)."""
@@ -125,6 +185,8 @@ class _Fixes:
 
     def of(self, finding: Finding) -> dict | None:
         if finding.fix is not None:
+            if module_methods(self.source).touches(finding.fix.get("edits") or ()):
+                return None
             return finding.fix
         if self._ctx is None:
             from loopcheck.lint.context import FileContext
@@ -137,29 +199,39 @@ def _edits(fix: dict) -> tuple[Edit, ...]:
     return tuple(Edit(**e) for e in fix["edits"])
 
 
-def _pick(source: str, candidates: Iterable[tuple[Finding, tuple[Edit, ...]]]) -> list[tuple[Finding, tuple[Edit, ...]]]:
-    """Fixes that do not touch each other, first come first served. Fixes with identical edits
-    (one import rewrite reached from several findings) are applied once."""
+Candidate = tuple[Finding, tuple[Edit, ...]]
+
+
+def _pick(source: str, candidates: Iterable[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+    """(fixes that do not touch each other, first come first served; the ones that overlap
+    them, for a later pass). Fixes with identical edits (one import rewrite reached from several
+    findings) are applied once."""
     taken: list[tuple[int, int]] = []
     seen: set[tuple[Edit, ...]] = set()
-    chosen: list[tuple[Finding, tuple[Edit, ...]]] = []
+    chosen: list[Candidate] = []
+    later: list[Candidate] = []
     for finding, edits in candidates:
         if edits in seen:
             chosen.append((finding, ()))
             continue
         spans = edit_offsets(source, edits)
         if any(s <= te and ts <= e for s, e in spans for ts, te in taken):
+            later.append((finding, edits))
             continue
         taken.extend(spans)
         seen.add(edits)
         chosen.append((finding, edits))
-    return chosen
+    return chosen, later
 
 
-def _introduces(before: Sequence[Finding], after: Sequence[Finding]) -> bool:
-    """Whether the fixed source has more findings of some code than the original had."""
+def _introduced(before: Sequence[Finding], after: Sequence[Finding]) -> list[str]:
+    """The codes the fixed source has more findings of than the original had."""
     was, now = Counter(f.code for f in before), Counter(f.code for f in after)
-    return any(count > was[code] for code, count in now.items())
+    return sorted(code for code, count in now.items() if count > was[code])
+
+
+def _key(finding: Finding, edits: tuple[Edit, ...]) -> tuple:
+    return (finding.code, tuple((e.content, e.end_line - e.line) for e in edits))
 
 
 def fix_source(
@@ -171,12 +243,16 @@ def fix_source(
     linter: Linter | None = None,
 ) -> FixResult:
     """Apply the fixes of every enabled, fixable finding (safe ones; unsafe ones too with
-    `unsafe=True`) and lint again, up to MAX_PASSES times. `linter(source, path)` defaults to
-    `lint_source`; `remaining` holds the enabled findings of the final source."""
+    `unsafe=True`) and lint again, pass after pass, until no fix is left to try (at most
+    MAX_PASSES). Fixes that overlap one applied in a pass are tried again in the next one; a fix
+    that breaks parsing or adds a finding is rejected, with the reason in `rejected`.
+    `linter(source, path)` defaults to the engine; `remaining` holds the enabled findings of the
+    final source."""
     lint = linter or _default_linter
     allowed = {"safe", "unsafe"} if unsafe else {"safe"}
     findings = list(lint(source, path))
     fixed: list[Finding] = []
+    refused: dict[tuple, tuple[Finding, str]] = {}
     for _ in range(MAX_PASSES):
         candidates = []
         fixes = _Fixes(source, path)
@@ -185,30 +261,51 @@ def fix_source(
                 continue
             fix = fixes.of(f)
             if fix is not None and fix.get("edits"):
-                candidates.append((f, _edits(fix)))
+                edits = _edits(fix)
+                if _key(f, edits) not in refused:
+                    candidates.append((f, edits))
         if not candidates:
             break
-        step = _apply_pass(source, path, findings, candidates, lint)
+        step = _apply_pass(source, path, findings, candidates, lint, refused)
         if step is None:
             break
         source, findings, done = step
         fixed.extend(done)
     remaining = [f for f in findings if enabled(f.code)]
-    return FixResult(source=source, fixed=fixed, remaining=remaining)
+    still = {(f.code, f.message) for f in remaining}
+    rejected = [(f, why) for f, why in refused.values() if (f.code, f.message) in still]
+    return FixResult(source=source, fixed=fixed, remaining=remaining, rejected=rejected)
 
 
-def _apply_pass(source, path, findings, candidates, lint):
-    """Apply the chosen fixes together; if that breaks parsing or adds a finding, fall back to
-    the first fix that does neither. None when no fix can be applied."""
-    chosen = _pick(source, candidates)
-    attempts = [chosen] + [[c] for c in chosen if c[1]] if len(chosen) > 1 else [chosen]
-    for attempt in attempts:
-        edits = [e for _, group in attempt for e in group]
-        new = apply_edits(source, edits)
-        if new == source or not _parses(new):
-            continue
-        after = list(lint(new, path))
-        if _introduces(findings, after):
-            continue
-        return new, after, [f for f, _ in attempt]
+def _attempt(source: str, path: str, findings: Sequence[Finding], attempt: Sequence[Candidate], lint: Linter) -> tuple[str, list[Finding] | None, str]:
+    """(new source, its findings or None when rejected, why rejected)."""
+    new = apply_edits(source, [e for _, group in attempt for e in group])
+    if new == source:
+        return new, None, "the fix changes nothing"
+    if not _parses(new):
+        return new, None, "the fixed code would not parse"
+    after = list(lint(new, path))
+    added = _introduced(findings, after)
+    if added:
+        return new, None, f"the fix would add a finding ({', '.join(added)})"
+    return new, after, ""
+
+
+def _apply_pass(source, path, findings, candidates, lint, refused):
+    """Apply the non-overlapping fixes together; if that breaks parsing or adds a finding, fall
+    back to one fix at a time, overlapping ones included (refusing those that fail on their
+    own). None when no fix can be applied."""
+    chosen, later = _pick(source, candidates)
+    new, after, why = _attempt(source, path, findings, chosen, lint)
+    if after is not None:
+        return new, after, [f for f, _ in chosen]
+    singles = [c for c in chosen if c[1]]
+    if len(singles) == 1:
+        refused[_key(*singles[0])] = (singles[0][0], why)
+        singles = []
+    for single in singles + later:
+        new, after, why = _attempt(source, path, findings, [single], lint)
+        if after is not None:
+            return new, after, [single[0]]
+        refused[_key(*single)] = (single[0], why)
     return None

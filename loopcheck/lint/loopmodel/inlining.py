@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import CallSite, EventKind, ModuleModel, Role
-from loopcheck.lint.loopmodel.frames import _Frame
+from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
     _MAX_DEPTH,
     _MAX_INLINED,
@@ -172,6 +172,10 @@ class BuilderInlining:
         self.block.append(_CallBlock(block))
         if inner.returns:
             chosen = next((r for r in reversed(inner.returns) if r.canon or r.elems or r.dict or r.built), inner.returns[-1])
+            if chosen.built is not None and len({unit.text(r.built[0].func) for r in inner.returns if r.built}) > 1:
+                # `if name == "onecycle": return OneCycleLR(...)` ... `return ReduceLROnPlateau(...)`:
+                # which one is built depends on the arguments, so none is known
+                chosen = _Value(chosen.canon, chosen.elems, chosen.dict, chosen.divided)
             self.call_values[id(call)] = chosen
 
     def _decorators(self, fdef: cst.FunctionDef, frame: _Frame) -> None:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from loopcheck.findings import Severity
-from loopcheck.lint.output.report import Report
+from loopcheck.lint.output.report import Report, cell_of
 
 JSON_VERSION = 1
 
@@ -14,15 +14,28 @@ JSON_VERSION = 1
 def json_report(report: Report) -> str:
     doc: dict[str, Any] = {
         "version": JSON_VERSION,
-        "findings": [f.lint_dict() for f in report.findings],
+        "findings": [_finding(f) for f in report.findings],
         "errors": [e.to_dict() for e in report.errors],
         "summary": report.summary(),
     }
     return json.dumps(doc, indent=2) + "\n"
 
 
+def _finding(f: Any) -> dict[str, Any]:
+    data = f.lint_dict()
+    cell = cell_of(f)
+    if cell is not None:  # a notebook: line and column are inside this cell
+        data["cell"] = cell
+    return data
+
+
 def json_statistics(report: Report) -> str:
-    return json.dumps(report.statistics(), indent=2) + "\n"
+    return json.dumps(report.statistics() + report.error_rows(), indent=2) + "\n"
+
+
+def in_cell(cell: int | None, message: str) -> str:
+    """A message prefixed with its notebook cell, for formats that have no place for one."""
+    return message if cell is None else f"cell {cell}: {message}"
 
 
 _GITHUB_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -53,7 +66,8 @@ def github(report: Report) -> str:
             "endColumn": f.end_column,
             "title": f.code,
         }
-        out.append(_command(_GITHUB_LEVEL[f.severity], props, f.message))
+        out.append(_command(_GITHUB_LEVEL[f.severity], props, in_cell(cell_of(f), f.message)))
     for e in report.errors:
-        out.append(_command("error", {"file": e.path, "line": e.line, "title": e.code or "loopcheck"}, e.message))
+        props = {"file": e.path, "line": e.line, "col": e.column, "title": e.code or "loopcheck"}
+        out.append(_command("error", props, in_cell(e.cell, e.message)))
     return "".join(out)

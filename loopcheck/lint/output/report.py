@@ -17,9 +17,25 @@ class FileError:
     line: int | None
     message: str
     code: str | None = None
+    column: int | None = None
+    cell: int | None = None  # a notebook's cell (line and column are inside it)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "line": self.line, "message": self.message}
+        data: dict[str, Any] = {"path": self.path, "line": self.line, "message": self.message}
+        if self.column is not None:
+            data["column"] = self.column
+        if self.cell is not None:
+            data["cell"] = self.cell
+        return data
+
+    @property
+    def location(self) -> str:
+        parts = [self.path] + ([f"cell {self.cell}"] if self.cell is not None else [])
+        if self.line:
+            parts.append(str(self.line))
+            if self.column:
+                parts.append(str(self.column))
+        return ":".join(parts)
 
 
 @dataclass
@@ -28,6 +44,7 @@ class Report:
     errors: list[FileError] = field(default_factory=list)
     files_checked: int = 0
     fixed: int = 0  # findings removed by --fix
+    notes: list[str] = field(default_factory=list)  # what --fix did and did not do, and why
 
     def __post_init__(self) -> None:
         self.findings = sorted(self.findings, key=_order)
@@ -61,9 +78,29 @@ class Report:
             row["fixable"] += 1 if fix_edits(f) else 0
         return sorted(rows.values(), key=lambda r: (-r["count"], r["code"]))
 
+    def error_rows(self) -> list[dict[str, Any]]:
+        """The files that could not be checked, as one statistics row (none when every file was)."""
+        if not self.errors:
+            return []
+        return [{"code": None, "name": "not-checked", "severity": "error", "count": len(self.errors),
+                 "fixable": 0, "errors": [e.to_dict() for e in self.errors]}]
+
 
 def _order(f: Finding) -> tuple:
     return (f.path or "", f.line or 0, f.column or 0, f.code)
+
+
+def cell_of(f: Finding) -> int | None:
+    """The notebook cell of a finding (None outside notebooks)."""
+    cell = f.extra.get("cell") if f.extra else None
+    return cell if isinstance(cell, int) else None
+
+
+def fix_kind(f: Finding) -> str | None:
+    """"safe" or "unsafe" when the finding carries a fix `--fix` will apply, else None."""
+    if not fix_edits(f):
+        return None
+    return "unsafe" if (f.fix or {}).get("applicability") == "unsafe" else "safe"
 
 
 def fix_edits(f: Finding) -> list[dict[str, Any]]:

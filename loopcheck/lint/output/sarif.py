@@ -9,7 +9,8 @@ from urllib.parse import quote
 
 from loopcheck.catalog import RulePage, catalog
 from loopcheck.findings import Finding, Severity
-from loopcheck.lint.output.report import Report, fix_edits
+from loopcheck.lint.output.machine import in_cell
+from loopcheck.lint.output.report import Report, cell_of, fix_edits
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FALLBACK_URI = "https://pypi.org/project/loopcheck/"
@@ -94,9 +95,11 @@ def _result(f: Finding, index: dict[str, int]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ruleId": f.code,
         "level": _LEVEL[f.severity],
-        "message": {"text": f.message},
+        "message": {"text": in_cell(cell_of(f), f.message)},
         "locations": [_location(f.path or "", _region(f.line, f.column, f.end_line, f.end_column))],
     }
+    if cell_of(f) is not None:
+        result["properties"] = {"cell": cell_of(f)}
     if f.code in index:
         result["ruleIndex"] = index[f.code]
     fixes = _fixes(f)
@@ -114,8 +117,8 @@ def sarif(report: Report, *, root: Path | None = None) -> str:
     notifications = [
         {
             "level": "error",
-            "message": {"text": e.message},
-            "locations": [_location(e.path, _region(e.line, None, None, None))],
+            "message": {"text": in_cell(e.cell, e.message)},
+            "locations": [_location(e.path, _region(e.line, e.column, None, None))],
             **({"descriptor": {"id": e.code}} if e.code else {}),
         }
         for e in report.errors

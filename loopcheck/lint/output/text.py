@@ -9,11 +9,14 @@ from rich.console import Console
 from rich.text import Text
 
 from loopcheck.findings import Finding, Severity
-from loopcheck.lint.output.report import Report, fix_edits, plural
+from loopcheck.lint.output.report import Report, cell_of, fix_kind, plural
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
-SourceLines = Callable[[str], list[str]]
+SourceLines = Callable[[Finding], list[str]]  # the lines a finding's line numbers count in
+
+# `[*]`: `loopcheck lint --fix` applies the fix; `[~]`: only with `--unsafe-fixes` as well
+MARKS = {"safe": "[*]", "unsafe": "[~]"}
 
 
 def console(stream: TextIO, *, colour: bool = True) -> Console:
@@ -31,11 +34,18 @@ def console(stream: TextIO, *, colour: bool = True) -> Console:
 
 
 def location(f: Finding) -> str:
-    return f"{f.path}:{f.line}:{f.column}"
+    cell = cell_of(f)
+    return f"{f.path}:{'' if cell is None else f'cell {cell}:'}{f.line}:{f.column}"
+
+
+def mark(f: Finding) -> str:
+    """`[*] ` / `[~] ` before the message of a finding whose fix will be applied, else ""."""
+    kind = fix_kind(f)
+    return f"{MARKS[kind]} " if kind else ""
 
 
 def concise(report: Report) -> str:
-    return "".join(f"{location(f)}: {f.code} {f.message}\n" for f in report.findings)
+    return "".join(f"{location(f)}: {f.code} {mark(f)}{f.message}\n" for f in report.findings)
 
 
 def _snippet(f: Finding, lines: list[str]) -> Text | None:
@@ -60,7 +70,7 @@ def _snippet(f: Finding, lines: list[str]) -> Text | None:
     return text
 
 
-def full(report: Report, out: Console, source_lines: SourceLines, *, statistics: bool = False) -> None:
+def full(report: Report, out: Console, source_lines: SourceLines, *, statistics: bool = False, quiet: bool = False) -> None:
     if statistics:
         table = statistics_text(report)
         if table:
@@ -71,12 +81,16 @@ def full(report: Report, out: Console, source_lines: SourceLines, *, statistics:
             head.append(location(f), style="bold")
             head.append(": ")
             head.append(f.code, style=STYLE[f.severity])
-            head.append(f" {f.message}")
+            head.append(f" {mark(f)}{f.message}")
             out.print(head)
-            snippet = _snippet(f, source_lines(f.path or ""))
+            snippet = _snippet(f, source_lines(f))
             if snippet is not None:
                 out.print(snippet)
             out.print()
+    if quiet:
+        return
+    for note in report.notes:
+        out.print(note)
     out.print(summary_text(report))
 
 
@@ -97,14 +111,14 @@ def summary_text(report: Report) -> Text:
         text.append(f" ({checked}).")
     else:
         text.append(f"No findings ({checked}).", style="bold green" if not report.errors else "bold")
-    safe = sum(1 for f in report.findings if fix_edits(f) and (f.fix or {}).get("applicability") != "unsafe")
-    unsafe = sum(1 for f in report.findings if fix_edits(f) and (f.fix or {}).get("applicability") == "unsafe")
+    safe = sum(1 for f in report.findings if fix_kind(f) == "safe")
+    unsafe = sum(1 for f in report.findings if fix_kind(f) == "unsafe")
     if report.fixed:
         text.append(f"\nFixed {plural(report.fixed, 'finding')}.")
     if safe:
-        text.append(f"\n{safe} fixable with `loopcheck lint --fix`.")
+        text.append(f"\n{MARKS['safe']} {safe} fixable with `loopcheck lint --fix`.")
     if unsafe:
-        text.append(f"\n{unsafe} fixable with `loopcheck lint --fix --unsafe-fixes` (check the change: it may alter behaviour).")
+        text.append(f"\n{MARKS['unsafe']} {unsafe} fixable with `loopcheck lint --fix --unsafe-fixes` (check the change: it may alter behaviour).")
     if report.errors:
         text.append(f"\n{plural(len(report.errors), 'file')} could not be checked (see the errors above).", style="bold red")
     return text
@@ -125,9 +139,5 @@ def statistics_text(report: Report) -> str:
 
 
 def error_lines(report: Report) -> str:
-    """`path:line: error: message` lines, for stderr."""
-    out = []
-    for e in report.errors:
-        where = f"{e.path}:{e.line}" if e.line else e.path
-        out.append(f"{where}: error: {e.message}\n")
-    return "".join(out)
+    """`path:line:column: error: message` lines, for stderr."""
+    return "".join(f"{e.location}: error: {e.message}\n" for e in report.errors)

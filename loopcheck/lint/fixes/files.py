@@ -1,0 +1,96 @@
+"""Fixing files rather than strings: bytes decoded and encoded back as written, which findings
+`--fix` will really fix, and the notes that say what it did and did not do.
+
+A file is decoded with the encoding Python itself would use (a PEP 263 coding cookie, a UTF-8
+BOM, else UTF-8) and written back in that encoding, BOM and line endings included, so a latin-1
+module stays latin-1. A fix whose result the file's encoding cannot hold is refused.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import tokenize
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from loopcheck.findings import Finding
+from loopcheck.lint.output.report import fix_kind
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """A file's text and how to turn it back into the same kind of bytes."""
+
+    text: str
+    encoding: str
+    bom: bool = False
+
+    @classmethod
+    def decode(cls, data: bytes) -> "SourceText":
+        """ValueError (with the reason) when the bytes are not text in their declared encoding."""
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as exc:
+            raise ValueError(f"cannot decode: {getattr(exc, 'msg', exc)}") from None
+        bom = encoding == "utf-8-sig"
+        try:
+            text = data.decode(encoding)
+        except (UnicodeDecodeError, LookupError) as exc:
+            raise ValueError(f"cannot decode as {encoding}: {exc}") from None
+        if text.startswith("\ufeff"):
+            text, bom = text[1:], True
+        return cls(text, "utf-8" if encoding == "utf-8-sig" else encoding, bom)
+
+    def encode(self, text: str) -> bytes:
+        """The bytes of a new version of the text; ValueError when the encoding cannot hold it."""
+        try:
+            data = text.encode(self.encoding)
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"the fixed code has characters {self.encoding} cannot encode ({text[exc.start:exc.end]!r})"
+            ) from None
+        return (codecs.BOM_UTF8 + data) if self.bom else data
+
+
+def keep_applied(findings: list[Finding], text: str, path: str, enabled: Callable[[str], bool]) -> list[Finding]:
+    """The findings, with the `fix` of each one `--fix` (or `--fix --unsafe-fixes`) would not
+    apply removed: fixes that overlap and fail, that would break parsing or add findings. So
+    "fixable" counts and `[*]` marks promise only what a fix run delivers."""
+    from loopcheck.lint.fixes import fix_source
+
+    kinds = {fix_kind(f) for f in findings} - {None}
+    if not kinds:
+        return findings
+    applied: dict[str, list[Finding]] = {}
+    for kind in sorted(kinds):
+        try:
+            applied[kind] = fix_source(text, path, unsafe=kind == "unsafe", enabled=enabled).fixed
+        except Exception:  # noqa: BLE001  (a fixer failure means: nothing is promised)
+            applied[kind] = []
+    keep = [False] * len(findings)
+    for kind, done in applied.items():
+        exact = Counter((f.code, f.line, f.column) for f in done)
+        by_code = Counter(f.code for f in done)
+        mine = [i for i, f in enumerate(findings) if fix_kind(f) == kind]
+        for i in mine:  # first the findings fixed where they are, then the ones fixed in later passes
+            f = findings[i]
+            if exact[(f.code, f.line, f.column)] > 0:
+                exact[(f.code, f.line, f.column)] -= 1
+                by_code[f.code] -= 1
+                keep[i] = True
+        for i in mine:
+            if not keep[i] and by_code[findings[i].code] > 0:
+                by_code[findings[i].code] -= 1
+                keep[i] = True
+    return [f if keep[i] or fix_kind(f) is None else f.with_(fix=None) for i, f in enumerate(findings)]
+
+
+def fixed_lines(fixed: Iterable[tuple[str, Finding]]) -> list[str]:
+    """`--show-fixes`: one line per applied fix, `path:line:column: CODE what the fix did`."""
+    lines = []
+    for where, f in fixed:
+        what = (f.fix or {}).get("message") or f.name
+        lines.append(f"  {where}:{f.line}:{f.column}: {f.code} {what}")
+    return lines

@@ -1,0 +1,135 @@
+"""Fixes you can trust: applied to a fixpoint, refused with a reason, never inside a model's
+methods, encodings kept, and "fixable" promising only what `--fix` applies."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from loopcheck.findings import Finding, Severity
+from loopcheck.lint import fixes as fixes_mod
+from loopcheck.lint.fixes import fix_source
+from loopcheck.lint.fixes.files import SourceText, keep_applied
+from loopcheck.lint.project import parse_path
+
+OLD = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+
+
+def amp_finding(path: str, content: str) -> Finding:
+    fix = {"applicability": "safe", "message": "m", "edits": [
+        {"line": 2, "column": 10, "end_line": 2, "end_column": 37, "content": content}]}
+    return Finding("LC405", "deprecated-amp-api", Severity.INFO, f"fix to {content}", path=path, line=2,
+                   column=10, end_line=2, end_column=37, fix=fix)
+
+
+def test_an_overlapping_fix_is_tried_when_the_first_one_is_refused():
+    first, second = "torch.amp.GradScaler(bad)", "torch.amp.GradScaler('cuda')"
+
+    def linter(text, path):
+        if text == OLD:
+            return [amp_finding(path, first), amp_finding(path, second)]
+        if first in text:  # this attempt would add a finding: refused
+            return [Finding("LC102", "x", Severity.ERROR, "new", path=path, line=1, column=1)]
+        return []
+
+    result = fix_source(OLD, "t.py", linter=linter)
+    assert result.source == OLD.replace("torch.cuda.amp.GradScaler()", second)
+    assert [f.message for f in result.fixed] == [f"fix to {second}"]
+    assert result.rejected == []  # the refused attempt's finding is gone: nothing left to explain
+
+
+def test_a_refused_fix_says_why_and_its_attempt_leaves_no_finding():
+    def linter(text, path):
+        if text == OLD:
+            return [amp_finding(path, "torch.amp.GradScaler('cuda')")]
+        return [amp_finding(path, "x"), Finding("LC102", "x", Severity.ERROR, "from the attempt", path=path, line=1, column=1)]
+
+    result = fix_source(OLD, "t.py", linter=linter)
+    assert result.source == OLD and result.fixed == []
+    assert [f.code for f in result.remaining] == ["LC405"]  # the findings of the source as written
+    [(finding, why)] = result.rejected
+    assert finding.code == "LC405" and why == "the fix would add a finding (LC102)"
+
+
+def test_an_attempted_version_is_not_remembered_for_other_files(tmp_path: Path):
+    engine = tmp_path / "engine.py"
+    engine.write_text(OLD, encoding="utf-8")
+    fixes_mod._default_linter(OLD.replace("cuda.amp", "amp"), str(engine))
+    assert parse_path(engine).source == OLD
+
+
+MODEL = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+        def accuracy(self, loader):
+            self.eval()
+            correct = 0
+            for x, y in loader:
+                correct += (self(x).argmax(1) == y).sum().item()
+            return correct
+
+
+    class Wide(Net):
+        def score(self, loader):
+            self.eval()
+            return [self(x) for x, _ in loader]
+
+
+    def validate(model, loader):
+        model.eval()
+        correct = 0
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+        return correct
+    """
+)
+
+
+def test_no_fix_touches_a_method_of_an_nn_module():
+    result = fix_source(MODEL, "model.py", unsafe=True)
+    fixed_lines = result.source.splitlines()
+    assert fixed_lines[: MODEL.count("\n", 0, MODEL.index("def validate"))] == MODEL.splitlines()[
+        : MODEL.count("\n", 0, MODEL.index("def validate"))]
+    assert "with torch.no_grad():" in result.source.split("def validate", 1)[1]
+    spans = fixes_mod.module_methods(MODEL).spans
+    assert [name for *_, name in spans] == ["Net.__init__", "Net.forward", "Net.accuracy", "Wide.score"]
+
+
+def test_a_latin1_file_round_trips():
+    data = "# -*- coding: latin-1 -*-\n# réglages\nimport torch\n".encode("latin-1")
+    source = SourceText.decode(data)
+    assert source.encoding == "iso-8859-1" and "réglages" in source.text
+    assert source.encode(source.text) == data
+    with pytest.raises(ValueError, match="cannot encode"):
+        source.encode(source.text + "# →\n")
+    bom = SourceText.decode(b"\xef\xbb\xbfimport torch\r\n")
+    assert bom.encode(bom.text) == b"\xef\xbb\xbfimport torch\r\n"
+
+
+def test_fixable_means_applied(monkeypatch):
+    good = amp_finding("t.py", "torch.amp.GradScaler('cuda')")
+    refused = amp_finding("t.py", "torch.amp.GradScaler(oops)")
+
+    def linter(text, path):
+        if text == OLD:
+            return [refused]
+        return [Finding("LC102", "x", Severity.ERROR, "new", path=path, line=1, column=1)]
+
+    monkeypatch.setattr(fixes_mod, "_default_linter", linter)
+    assert keep_applied([refused], OLD, "t.py", lambda code: True)[0].fix is None
+
+    monkeypatch.setattr(fixes_mod, "_default_linter", lambda text, path: [good] if text == OLD else [])
+    assert keep_applied([good], OLD, "t.py", lambda code: True)[0].fix == good.fix
