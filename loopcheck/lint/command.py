@@ -391,7 +391,8 @@ class _Run:
     ) -> tuple[int, list[str], list[str], list[tuple[Path, Finding]]]:
         """Fix the files that have fixable findings: (findings fixed, unified diffs, notes on
         what was not fixed and why, the fixed findings with their files)."""
-        from loopcheck.lint.fixes import applicability, fix_source
+        from loopcheck.lint.fixes import applicability
+        from loopcheck.lint.fixing import fix_source
         from loopcheck.lint.fixes.files import SourceText
         from loopcheck.lint.notebook import is_notebook
 

@@ -75,7 +75,7 @@ def closed(path: Path, text: str) -> None:
 
 def fix_all(path: Path | None, text: str, config: Config, *, unsafe: bool = False) -> str:
     """The buffer's text with every enabled fix applied, as `loopcheck lint --fix` applies them."""
-    from loopcheck.lint.fixes import fix_source
+    from loopcheck.lint.fixing import fix_source
 
     where = path if path is not None else Path(UNTITLED)
     return fix_source(text, _name(path), unsafe=unsafe, enabled=enabled_for(config, where)).source

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from loopcheck.findings import Finding, Severity
-from loopcheck.lint import fixes as fixes_mod
-from loopcheck.lint.fixes import fix_source
+from loopcheck.lint import fixing as fixes_mod
+from loopcheck.lint.fixing import fix_source
 from loopcheck.lint.fixes.files import SourceText, keep_applied
 from loopcheck.lint.project import parse_path
 

@@ -17,7 +17,8 @@ import pytest
 from loopcheck.catalog import catalog
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.api import lint_source
-from loopcheck.lint.fixes import FixResult, describe_fix, fix_source, fixable_codes
+from loopcheck.lint.fixes import describe_fix, fixable_codes
+from loopcheck.lint.fixing import FixResult, fix_source
 from loopcheck.lint.fixes.base import FIXERS
 from loopcheck.lint.fixes.edits import Edit, apply_edits, edits_between, edits_replacing
 from loopcheck.lint.rules.base import FileContext

@@ -8,7 +8,7 @@ import libcst as cst
 
 from loopcheck import __version__
 from loopcheck.catalog import page
-from loopcheck.lint.fixes import fix_source
+from loopcheck.lint.fixing import fix_source
 
 from .conftest import BUGGY, FIXED, apply_edits, document_edits, expected, found, opened, position_of, write
 from .lsp import LspClient

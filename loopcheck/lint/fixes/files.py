@@ -58,7 +58,7 @@ def keep_applied(findings: list[Finding], text: str, path: str, enabled: Callabl
     """The findings, with the `fix` of each one `--fix` (or `--fix --unsafe-fixes`) would not
     apply removed: fixes that overlap and fail, that would break parsing or add findings. So
     "fixable" counts and `[*]` marks promise only what a fix run delivers."""
-    from loopcheck.lint.fixes import fix_source
+    from loopcheck.lint.fixing import fix_source
 
     kinds = {fix_kind(f) for f in findings} - {None}
     if not kinds:
