@@ -108,6 +108,7 @@ class Probe:
         self._norms: dict[int, tuple[int, StepNorms]] = {}
         self._serial = 0
         self._last_sample = 0
+        self._tripped = False
         self._entered = False
         self.live = False
         self._log: RunLog | None = None
@@ -247,6 +248,12 @@ class Probe:
             self._take_losses(i)
             self._dispatch("on_step_pre", i, optimizer)
             self.readings.seal()
+            if self.readings.tripped() and not self._tripped:
+                # The first non-finite value: read and judge now, before this step updates the
+                # parameters (the localisation checks them), instead of at the next sample. Later
+                # ones are counted under that first incident at the regular samples.
+                self._tripped = True
+                self._sample(final=False, judge_only=True)
         return hook
 
     def _step_post_hook(self, i: int) -> Callable[..., None]:
@@ -472,14 +479,18 @@ class Probe:
         )
 
     # Sampling and the end ---------------------------------------------------------------
-    def _sample(self, final: bool) -> None:
+    def _sample(self, final: bool, *, judge_only: bool = False) -> None:
+        """Read the queued device values and let the detectors judge them; then log the metrics and,
+        under torch.distributed, exchange findings (every rank samples at the same steps). A
+        `judge_only` read (the sentinel's, on one rank) does neither."""
         fresh = not final or self.step > self._last_sample or self.step == 0
-        self._last_sample = self.step
+        if not judge_only:
+            self._last_sample = self.step
         self._dispatch("on_sample", self.step, final)
         # Not in a `finally`: after a ProbeError the detectors that did not get to read keep
         # their slices, which stay valid until the queue is cleared at a later sample.
         self.readings.clear()
-        if not fresh:
+        if not fresh or judge_only:
             return
         metrics: dict[str, Any] = {"step": self.step, "skipped": self.skipped}
         for det in self.detectors:

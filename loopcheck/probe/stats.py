@@ -149,6 +149,8 @@ class Readings:
 
     def __init__(self) -> None:
         self._parts: list[torch.Tensor] = []
+        self._watched = 0  # parts already given to the sentinel
+        self._inflight: deque[tuple[torch.Tensor, Any]] = deque()  # (pinned flag, CUDA event)
         self._open: list[torch.Tensor] = []
         self._size = 0
         self._host: list[float] | None = None
@@ -168,6 +170,31 @@ class Readings:
         if self._open:
             self._parts.append(stack_scalars(self._open))
             self._open = []
+
+    def tripped(self) -> bool:
+        """The per-step sentinel: whether a value sealed since the last call is NaN/Inf, without a sync.
+
+        On the CPU the new vectors are checked at once (a sum, and only when that is not finite an
+        element-wise test: a sum of large finite values can overflow). On CUDA their finiteness is
+        copied to pinned host memory behind an event and looked at once the event has passed, a
+        step or two later; other devices wait for the periodic read.
+        """
+        new = self._parts[self._watched:]
+        self._watched = len(self._parts)
+        bad = False
+        for part in new:
+            if part.device.type == "cpu":
+                bad = bad or not (math.isfinite(float(part.sum())) or bool(torch.isfinite(part).all()))
+            elif part.device.type == "cuda":
+                with torch.no_grad():
+                    flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+                    flag.copy_(torch.isfinite(part).all(), non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                self._inflight.append((flag, event))
+        while self._inflight and self._inflight[0][1].query():
+            bad = bad or not bool(self._inflight.popleft()[0])
+        return bad
 
     def host(self) -> list[float]:
         """Every queued value as a Python float (NaN and Inf kept), read once per sample."""
@@ -191,6 +218,8 @@ class Readings:
 
     def clear(self) -> None:
         self._parts, self._open, self._size, self._host, self._finite = [], [], 0, None, None
+        self._watched = 0
+        self._inflight.clear()
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:

@@ -26,7 +26,7 @@ from torch import nn
 
 from loopcheck.probe import layers
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import finite_probe_value, float_tensors, max_abs
+from loopcheck.probe.stats import finite_probe_value, float_tensors, host_read, max_abs, stack_scalars
 
 _FOLD_AT = 4096  # forward records kept before they are folded into a block (long eval loops)
 
@@ -65,7 +65,8 @@ class _Block:
     forward: list[int]  # module index of each forward record, in completion order
     loss: bool
     backward: list[int]  # module index of each output-gradient record, in backward order
-    state: list[tuple[int, torch.Tensor]]  # (module index, parameter) of each parameter check
+    ran: list[int]  # module indices of the covered layers that ran, judged by their parameters
+    state: list[tuple[int, torch.Tensor]] | None  # (module index, parameter) of each queued parameter check
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
 
 
@@ -95,6 +96,11 @@ class NonFiniteDetector(Detector):
         self._groups: list[_Group] = []
         self._replan = False  # a train()/eval() call may have changed which groups are trusted whole
         self._root_index = [probe.module_index[id(m)] for m in probe.models]
+        # On the CPU the probe reads each step's values at its optimizer step (`Probe._sentinel`),
+        # before the update: the parameters of the layers that ran are still those of the forward
+        # pass, so they are checked only when localising. On an accelerator the values are read
+        # later, after updates, so each step queues its parameter check (one fused kernel).
+        self._eager_state = any(p.device.type != "cpu" for m in probe.models for p in m.parameters())
         if not self.config.localize:
             self.idle = frozenset(("on_forward_pre",))
 
@@ -311,12 +317,12 @@ class NonFiniteDetector(Detector):
         loss = probe.loss_read.get(opt) if opt is not None else None
         if loss is not None:
             reads.append(loss)
-        state: list[tuple[int, torch.Tensor]] = []
-        if self._ran:
-            modules = probe.modules
-            state = [(i, p) for i in self._ran for p in modules[i][1]._parameters.values()
-                     if p is not None and p.numel()]
-        rest = self._bwd + max_abs([p for _, p in state]) if state else self._bwd
+        ran = list(self._ran)
+        state = None
+        rest = self._bwd
+        if self._eager_state and ran:
+            state = self._parameters_of(ran)
+            rest = rest + max_abs([p for _, p in state]) if state else rest
         if rest:
             reads.append(readings.add(rest))
         positions: list[int] = []
@@ -328,9 +334,13 @@ class NonFiniteDetector(Detector):
         block = None
         if reads:
             block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._fwd_kind,
-                           self._fwd_idx, loss is not None, self._bwd_idx, state, positions)
+                           self._fwd_idx, loss is not None, self._bwd_idx, ran, state, positions)
         self._clear()
         return block
+
+    def _parameters_of(self, ran: list[int]) -> list[tuple[int, torch.Tensor]]:
+        modules = self.probe.modules
+        return [(i, p) for i in ran for p in modules[i][1]._parameters.values() if p is not None and p.numel()]
 
     def _clear(self) -> None:
         self._last = _dead
@@ -402,10 +412,17 @@ class NonFiniteDetector(Detector):
         fwd, rest = flags[:nf], flags[nf:]
         loss_ok = rest[0] if block.loss else True
         rest = rest[1:] if block.loss else rest
-        nb, ns = len(block.backward), len(block.state)
-        bwd, state, norms = rest[:nb], rest[nb:nb + ns], rest[nb + ns:]
+        nb = len(block.backward)
+        if block.state is not None:
+            ns = len(block.state)
+            checked, state = block.state, rest[nb:nb + ns]
+        else:
+            ns = 0
+            checked = self._parameters_of(block.ran)
+            state = _flags_now(checked)
+        bwd, norms = rest[:nb], rest[nb + ns:]
         bad_state: dict[int, list[str]] = {}
-        for (index, p), ok in zip(block.state, state):
+        for (index, p), ok in zip(checked, state):
             if not ok:
                 bad_state.setdefault(index, []).append(self.probe.param_name(p))
         suffix = f" ({note})" if note else ""
@@ -574,6 +591,14 @@ def _running_stats_in_use(norms: list[nn.Module]) -> bool:
         if not m.training and layers.uses_running_stats(m):
             return True
     return False
+
+
+def _flags_now(state: list[tuple[int, torch.Tensor]]) -> list[bool]:
+    """The finiteness of each parameter, read now (a host read: only when localising)."""
+    if not state:
+        return []
+    values = host_read(stack_scalars(max_abs([p for _, p in state]))).double().tolist()
+    return [math.isfinite(x) for x in values]
 
 
 def _flags(host: list[float], block: _Block) -> list[bool]:
