@@ -27,7 +27,7 @@ from loopcheck.probe import distributed
 from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.patching import MethodPatch
+from loopcheck.probe.patching import MethodPatch, own, without_own_hooks
 from loopcheck.probe.sink import RunLog, print_summary
 from loopcheck.probe.stats import Readings, fused_norms
 
@@ -216,6 +216,7 @@ class Probe:
         self._patch(torch.Tensor, "backward", self._wrap_backward)
         self._patch(nn.Module, "train", self._wrap_train)
         self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
+        self._patch(nn.Module, "__getstate__", _wrap_getstate)
         for cls in dict.fromkeys(type(o) for o in self.optimizers):
             self._patch(cls, "zero_grad", self._wrap_opt_zero_grad)
         for cls in dict.fromkeys(type(s) for s in self.schedulers):
@@ -232,13 +233,13 @@ class Probe:
         def hook(module: nn.Module, args: Any) -> None:
             if self.live:
                 self._dispatch("on_forward_pre", i, module, args)
-        return hook
+        return own(hook)
 
     def _forward_hook(self, i: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if self.live:
                 self._dispatch("on_forward", i, module, output)
-        return hook
+        return own(hook)
 
     def _step_pre_hook(self, i: int) -> Callable[..., None]:
         def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
@@ -528,6 +529,12 @@ class Probe:
                 self._log.close()
             if self.config.summary and self.is_main:
                 print_summary(self)
+
+
+def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
+    def __getstate__(module: nn.Module) -> Any:
+        return without_own_hooks(original(module))
+    return __getstate__
 
 
 class StepNorms(NamedTuple):

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from loopcheck.probe import layers
+from loopcheck.probe.patching import own
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.stats import finite_probe_value, float_tensors, host_read, max_abs, stack_scalars
 
@@ -116,7 +117,7 @@ class NonFiniteDetector(Detector):
             if not root and (index in grouped or layers.is_safe(module) or layers.is_pass_through(module)):
                 continue
             covered = not root and layers.is_covered(module)
-            hooks.enter_context(module.register_forward_hook(self._forward_hook(index, module, root, covered)))
+            hooks.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, root, covered))))
         if self._groups:
             hooks.callback(self._unhook_groups)
             for group in self._groups:
@@ -160,12 +161,12 @@ class NonFiniteDetector(Detector):
         self._unhook(group)
         group.whole = whole
         if whole:
-            group.handles.append(group.module.register_forward_hook(self._group_hook(group)))
+            group.handles.append(group.module.register_forward_hook(own(self._group_hook(group))))
         else:
             modules = self.probe.modules
             for index in group.members:
                 module = modules[index][1]
-                group.handles.append(module.register_forward_hook(self._forward_hook(index, module, False, True)))
+                group.handles.append(module.register_forward_hook(own(self._forward_hook(index, module, False, True))))
 
     def _unhook(self, group: _Group) -> None:
         for handle in group.handles:
