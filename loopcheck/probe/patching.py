@@ -48,7 +48,8 @@ def without_own_hooks(state: dict[str, Any]) -> dict[str, Any]:
 
 
 class MethodPatch:
-    def __init__(self, cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    def __init__(self, cls: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Wrap `cls.name` (a class, or a module such as `torch.autograd`) with `make(original)`."""
         self.cls = cls
         self.name = name
         self.saved = cls.__dict__.get(name, _MISSING)

@@ -37,7 +37,7 @@ _ON_FINDING = ("warn", "raise", "ignore")
 # Dispatched to every detector that overrides them; `after_backward` only to those that ask for it.
 _HOOKS = (
     "on_forward_pre", "on_forward", "on_backward", "on_zero_grad", "on_step_pre",
-    "on_step", "on_step_skipped", "on_scheduler_step", "on_mode_change", "on_sample", "on_close",
+    "on_step", "on_step_skipped", "on_closure", "on_scheduler_step", "on_mode_change", "on_sample", "on_close",
 )
 
 
@@ -109,6 +109,7 @@ class Probe:
         self._serial = 0
         self._last_sample = 0
         self._tripped = False
+        self._in_backward = False
         self._entered = False
         self.live = False
         self._log: RunLog | None = None
@@ -213,7 +214,7 @@ class Probe:
         for i, opt in enumerate(self.optimizers):
             hooks.enter_context(opt.register_step_pre_hook(self._step_pre_hook(i)))
             hooks.enter_context(opt.register_step_post_hook(self._step_post_hook(i)))
-        self._patch(torch.Tensor, "backward", self._wrap_backward)
+        self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(nn.Module, "train", self._wrap_train)
         self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
         self._patch(nn.Module, "__getstate__", _wrap_getstate)
@@ -225,7 +226,7 @@ class Probe:
             self._patch(type(self.scaler), "step", self._wrap_scaler_step)
             self._patch(type(self.scaler), "scale", self._wrap_scaler_scale)
 
-    def _patch(self, cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    def _patch(self, cls: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
         self.hooks.callback(MethodPatch(cls, name, make).restore)
 
     # Hooks and wrappers -----------------------------------------------------------------
@@ -241,21 +242,51 @@ class Probe:
                 self._dispatch("on_forward", i, module, output)
         return own(hook)
 
-    def _step_pre_hook(self, i: int) -> Callable[..., None]:
-        def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+    def _step_pre_hook(self, i: int) -> Callable[..., Any]:
+        def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> Any:
             if not self.live:
-                return
-            self._serial += 1
-            self._take_losses(i)
-            self._dispatch("on_step_pre", i, optimizer)
-            self.readings.seal()
-            if self.readings.tripped() and not self._tripped:
-                # The first non-finite value: read and judge now, before this step updates the
-                # parameters (the localisation checks them), instead of at the next sample. Later
-                # ones are counted under that first incident at the regular samples.
-                self._tripped = True
-                self._sample(final=False, judge_only=True)
+                return None
+            # args[0] is the optimizer itself
+            closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+            if callable(closure):
+                # step(closure) evaluates the loss and gradients inside the step (LBFGS): the
+                # step's checks run after the first evaluation, whose loss step() returns.
+                wrapped = self._closure(i, optimizer, closure)
+                if "closure" in kwargs:
+                    return args, {**kwargs, "closure": wrapped}
+                return (args[0], wrapped, *args[2:]), kwargs
+            self._before_step(i, optimizer)
+            return None
         return hook
+
+    def _closure(self, i: int, optimizer: Optimizer, closure: Callable[[], Any]) -> Callable[[], Any]:
+        calls = [0]
+
+        def evaluate() -> Any:
+            result = closure()
+            if self.live:
+                first = calls[0] == 0
+                calls[0] += 1
+                if first:
+                    self._before_step(i, optimizer)
+                else:
+                    self._pending_losses = []  # the line search's evaluations are not the step's loss
+                self._dispatch("on_closure", i, optimizer, first)
+            return result
+        return evaluate
+
+    def _before_step(self, i: int, optimizer: Optimizer) -> None:
+        """Optimizer `i`'s gradients are final: take the step's loss, run the step checks, seal."""
+        self._serial += 1
+        self._take_losses(i)
+        self._dispatch("on_step_pre", i, optimizer)
+        self.readings.seal()
+        if self.readings.tripped() and not self._tripped:
+            # The first non-finite value: read and judge now, before this step updates the
+            # parameters (the localisation checks them), instead of at the next sample. Later
+            # ones are counted under that first incident at the regular samples.
+            self._tripped = True
+            self._sample(final=False, judge_only=True)
 
     def _step_post_hook(self, i: int) -> Callable[..., None]:
         def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
@@ -270,16 +301,25 @@ class Probe:
         return hook
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """`torch.autograd.backward`, which `Tensor.backward` calls too: both spellings are seen."""
         probe = self
 
-        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if not probe.live:
-                return original(tensor, *args, **kwargs)
-            probe._record_loss(tensor)
-            after = probe._dispatch_backward(tensor)
-            result = original(tensor, *args, **kwargs)
-            if after is not None and probe.live:
-                for det in after:
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if not probe.live or probe._in_backward:
+                # a backward inside a backward (reentrant checkpointing) is part of the outer one
+                return original(tensors, *args, **kwargs)
+            roots = _roots(tensors)
+            after: list[tuple[Detector, torch.Tensor]] = []
+            for tensor in roots:
+                probe._record_loss(tensor)
+                after.extend((det, tensor) for det in probe._dispatch_backward(tensor) or ())
+            probe._in_backward = True
+            try:
+                result = original(tensors, *args, **kwargs)
+            finally:
+                probe._in_backward = False
+            if probe.live:
+                for det, tensor in after:
                     probe._guard(det, det.after_backward, tensor)
             return result
         return backward
@@ -552,6 +592,15 @@ def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:
         return losses[0]
     with torch.no_grad():
         return torch.stack([v.float() for v in losses]).sum()
+
+
+def _roots(tensors: Any) -> list[torch.Tensor]:
+    """The tensors a backward call starts from (one tensor or a sequence of them)."""
+    if isinstance(tensors, torch.Tensor):
+        return [tensors]
+    if isinstance(tensors, (list, tuple)):
+        return [t for t in tensors if isinstance(t, torch.Tensor)]
+    return []
 
 
 def _release(probe: Probe) -> None:

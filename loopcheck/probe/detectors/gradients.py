@@ -158,6 +158,12 @@ class GradResetDetector(Detector):
             if chosen == _TRACKED:
                 break
 
+    def on_closure(self, index: int, optimizer: Any, first: bool) -> None:
+        """Each evaluation of a step's closure must start from reset gradients, like each step."""
+        if not first:
+            self.on_step_pre(index, optimizer)
+        self.on_step(index, optimizer)
+
     def on_zero_grad(self, params: list[torch.Tensor]) -> None:
         if not self._tracked:
             return

@@ -356,6 +356,10 @@ class NonFiniteDetector(Detector):
         if block is not None:
             self._blocks.append(block)
 
+    def on_closure(self, index: int, optimizer: Any, first: bool) -> None:
+        if not first:
+            self._clear()  # a line search's evaluation: its records are not the step's
+
     def on_step(self, index: int, optimizer: Any) -> None:
         if index == 0:
             self._streak = 0
