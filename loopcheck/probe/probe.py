@@ -73,10 +73,10 @@ class Probe:
         if not self.wrappers:
             raise ProbeUsageError("probe needs at least one model (a torch.nn.Module)")
         self.models = [_unwrap(m) for m in self.wrappers]
-        self.optimizers = _as_list(optimizer, "optimizer", Optimizer)
+        self.optimizers = [_inner_optimizer(o) for o in _as_list(optimizer, "optimizer", Optimizer)]
         if not self.optimizers:
             raise ProbeUsageError("probe needs at least one optimizer (a torch.optim.Optimizer)")
-        self.schedulers = _as_list(scheduler, "scheduler", None)
+        self.schedulers = [_inner_scheduler(s) for s in _as_list(scheduler, "scheduler", None)]
         for s in self.schedulers:
             if not callable(getattr(s, "step", None)) or not isinstance(getattr(s, "optimizer", None), Optimizer):
                 raise ProbeUsageError(
@@ -631,6 +631,28 @@ def _check_distinct(items: list[Any], what: str) -> None:
                     raise ProbeUsageError(
                         f"model {type(a).__name__} is a submodule of {type(b).__name__}; pass only the outer model"
                     )
+
+
+def _inner_optimizer(optimizer: Optimizer) -> Optimizer:
+    """The optimizer that steps, inside a wrapper that delegates to it (accelerate's
+    AcceleratedOptimizer): a wrapper that never ran Optimizer.__init__ has no hooks of its own."""
+    for _ in range(4):
+        inner = getattr(optimizer, "optimizer", None)
+        if not isinstance(inner, Optimizer) or inner is optimizer or "_optimizer_step_pre_hooks" in vars(optimizer):
+            break
+        optimizer = inner
+    return optimizer
+
+
+def _inner_scheduler(scheduler: Any) -> Any:
+    """The LR scheduler inside a wrapper that delegates to it (accelerate's AcceleratedScheduler)."""
+    for _ in range(4):
+        inner = getattr(scheduler, "scheduler", None)
+        if (isinstance(getattr(scheduler, "optimizer", None), Optimizer) or inner is None or inner is scheduler
+                or not isinstance(getattr(inner, "optimizer", None), Optimizer)):
+            break
+        scheduler = inner
+    return scheduler
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
