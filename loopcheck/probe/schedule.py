@@ -21,10 +21,11 @@ _SETTLED = 1e-3  # the schedule has ended once the LR is below this share of its
 
 
 class Shape(NamedTuple):
-    """Milestones in scheduler steps from now: the warm-up's peak (None when the LR does not rise
-    first) and the end (the last change, or the LR below `_SETTLED` of its peak; `_CAP` when it
-    still moves there, None when it never moves)."""
+    """Milestones in scheduler steps from now: the first change of the LR, the warm-up's peak (None
+    when the LR does not rise first) and the end (the last change, or the LR below `_SETTLED` of
+    its peak; `_CAP` when it still moves there). `first` and `end` are None when it never moves."""
 
+    first: int | None
     peak: int | None
     end: int | None
 
@@ -80,4 +81,5 @@ def _milestones(lrs: list[float], cap: int) -> Shape:
             break
     if end is not None and end >= len(lrs) - 1 and len(lrs) > cap:
         end = cap
-    return Shape(peak, end)
+    first = next((k for k in range(1, len(lrs)) if not math.isclose(lrs[k], lrs[0], rel_tol=1e-6, abs_tol=0.0)), None)
+    return Shape(first, peak, end)

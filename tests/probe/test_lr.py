@@ -255,11 +255,13 @@ def test_step_lr_moved_into_the_batch_loop_collapses_the_lr(batches):
     assert f.where == "StepLR" and "every batch" in f.message and f.step < 300
 
 
-def test_scheduler_never_stepped(batches):
+def test_a_schedule_that_never_moves_in_the_run(batches):
     net, opt = fresh()
-    sched = lr_scheduler.CosineAnnealingLR(opt, T_max=60)
+    sched = lr_scheduler.MultiStepLR(opt, milestones=[30, 60], gamma=0.1)  # sized for a longer run
     with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
-        for x, y in batches.epoch(60):
-            step(net, opt, x, y)
+        for _ in range(6):
+            for x, y in batches.epoch(8):
+                step(net, opt, x, y)
+            sched.step()  # once per epoch: six steps, the first milestone is 30
     (f,) = probe.findings
-    assert f.code == "LP301" and "never stepped in 60" in f.message
+    assert f.code == "LP301" and "never changed the LR" in f.message and "24 scheduler steps later" in f.message

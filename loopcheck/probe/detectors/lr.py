@@ -6,7 +6,8 @@ any other value at the next optimizer step was written by something else. Cadenc
 counting optimizer step attempts (AMP-skipped ones included) between scheduler steps; whether a
 schedule stepped once per epoch was sized in optimizer steps comes from its own shape, looked
 ahead on a copy (`loopcheck.probe.schedule`), whatever its class. An LR that has collapsed to
-almost nothing while training goes on, and a scheduler that is never stepped, are LP301 too.
+almost nothing while training goes on, and a schedule stepped all run long that never changed the
+LR, are LP301 too.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _LONG_WARMUP = 25
 _LONG_END = 500
 _COLLAPSED = 1e-6  # an LR below this share of its peak ...
 _COLLAPSED_STEPS = 50  # ... for this many optimizer steps in a row has stopped training
-_NEVER_STEPPED = 50  # optimizer steps after which a scheduler that never stepped is reported
+_NEVER_MOVED = 5  # scheduler steps without any change of the LR, at the end of a run, that are reported
 
 
 def _lr(group: dict[str, Any]) -> float | None:
@@ -64,6 +65,7 @@ class LRDetector(Detector):
         self._owned = [any(o == i for o in self._opt_of) for i in range(n)]
         self._expected: list[list[float | None]] = [[] for _ in range(n)]
         self._initial: list[list[float | None]] = [[] for _ in range(n)]
+        self._expected_at_entry: list[list[float | None]] = [[] for _ in range(n)]
         self._entry_steps = [0] * n
         self._entry_state = [False] * n
         self._attempts = [0] * n
@@ -79,6 +81,7 @@ class LRDetector(Detector):
         self._resume_checked = [False] * m
         self._shapes: dict[int, Any] = {}
         self._sched_steps = [0] * m
+        self._moved: set[int] = set()  # schedulers that changed an LR at least once
         self._peak: list[list[float]] = [[] for _ in range(n)]
         self._low: list[list[int]] = [[] for _ in range(n)]
 
@@ -86,6 +89,7 @@ class LRDetector(Detector):
         for i, opt in enumerate(self.probe.optimizers):
             lrs = [_lr(g) for g in opt.param_groups]
             self._expected[i] = list(lrs)
+            self._expected_at_entry[i] = list(lrs)
             self._last_lrs[i] = list(lrs)
             self._initial[i] = [
                 float(g["initial_lr"]) if isinstance(g.get("initial_lr"), (int, float)) else lr
@@ -216,6 +220,8 @@ class LRDetector(Detector):
             )
         self._epoch[index] = epoch if isinstance(epoch, int) else before
         self._expected[i] = [_lr(g) for g in optimizer.param_groups]
+        if self._expected[i] != self._expected_at_entry[i]:
+            self._moved.add(index)
 
     def _cadence(self, index: int, scheduler: Any, interval: int) -> None:
         if interval < self.config.cadence_ratio:
@@ -280,15 +286,25 @@ class LRDetector(Detector):
             )
 
     def on_close(self) -> None:
-        for j, steps in enumerate(self._sched_steps):
+        """A schedule stepped all run long that never changed the LR: its first change comes after the run."""
+        if not self.probe._clean_exit:
+            return
+        for j, scheduler in enumerate(self.probe.schedulers):
             i = self._opt_of[j]
-            if steps or i is None or self._attempts[i] < _NEVER_STEPPED:
+            steps = self._sched_steps[j]
+            now = self._expected_at_entry[i][:1] if i is not None else []
+            if i is None or steps < _NEVER_MOVED or j in self._moved or not now or now[0] is None:
                 continue
-            lrs = ", ".join(f"{lr:.3g}" for lr in self._last_lrs[i] if lr is not None)
+            shape = look_ahead(scheduler)
+            if shape is None:
+                continue
+            later = (f"its first change would come {shape.first} scheduler steps later" if shape.first
+                     else "it would not change it within the next 20000 steps either")
             self.report(
                 "LP301",
-                f"{self._sched(j)} was never stepped in {self._attempts[i]} optimizer steps: the LR stayed at "
-                f"its initial value ({lrs}) for the whole run (scheduler.step() is missing)",
+                f"{self._sched(j)} was stepped {steps} times in {self._attempts[i]} optimizer steps and never "
+                f"changed the LR ({now[0]:.3g}): {later} (milestones or step_size sized in optimizer steps, "
+                f"or for a longer run?)",
                 where=self._sched(j),
             )
 
