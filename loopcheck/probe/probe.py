@@ -90,6 +90,7 @@ class Probe:
         _check_distinct(self.optimizers, "optimizer")
         _check_distinct(self.schedulers, "scheduler")
         self._index_model()
+        self._device = next((p.device for params in self.opt_params for p in params), torch.device("cpu"))
 
         self.findings: list[Finding] = []
         self.step = 0  # optimizer steps applied (of the first optimizer)
@@ -110,6 +111,7 @@ class Probe:
         self._last_sample = 0
         self._tripped = False
         self._in_backward = False
+        self._stop: Finding | None = None  # under torch.distributed: the finding every rank raises on
         self._entered = False
         self.live = False
         self._log: RunLog | None = None
@@ -281,12 +283,26 @@ class Probe:
         self._take_losses(i)
         self._dispatch("on_step_pre", i, optimizer)
         self.readings.seal()
-        if self.readings.tripped() and not self._tripped:
+        together = self.world_size > 1 and self.on_finding == "raise"
+        tripped = self.readings.tripped(distributed.all_ranks_max if together else None, self._device)
+        if tripped and not self._tripped:
             # The first non-finite value: read and judge now, before this step updates the
             # parameters (the localisation checks them), instead of at the next sample. Later
             # ones are counted under that first incident at the regular samples.
             self._tripped = True
+            if together:
+                self._judge_together()
+            else:
+                self._sample(final=False, judge_only=True)
+
+    def _judge_together(self) -> None:
+        """Every rank tripped at this step (the sentinel is all-reduced): judge, tell each other, stop
+        together. A rank whose own values are finite raises the finding of the rank that is not."""
+        try:
             self._sample(final=False, judge_only=True)
+        except ProbeError as err:
+            self._stop = err.finding
+        self._exchange({})
 
     def _step_post_hook(self, i: int) -> Callable[..., None]:
         def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
@@ -467,7 +483,12 @@ class Probe:
             if self.on_finding == "warn" or finding.code == "LP001":
                 warnings.warn(f"loopcheck: {finding}", ProbeWarning, stacklevel=2)
         if local and self.on_finding == "raise" and finding.code != "LP001":
-            raise ProbeError(finding)
+            if self.world_size == 1:
+                raise ProbeError(finding)
+            # Under torch.distributed a rank that stopped alone would leave the others waiting in
+            # the next collective: every rank stops at the next exchange of findings.
+            if self._stop is None:
+                self._stop = finding
 
     # Dispatch ---------------------------------------------------------------------------
     def _rebuild_calls(self) -> None:
@@ -546,7 +567,7 @@ class Probe:
 
     def _exchange(self, metrics: dict[str, Any]) -> dict[str, Any]:
         sent, self._unsent = self._unsent, []
-        merged, remote = distributed.exchange(metrics, sent, self.rank)
+        merged, remote, stops = distributed.exchange(metrics, sent, self.rank, self._stop)
         for finding in remote:
             key = (finding.code, finding.where, finding.rank)
             if key in self._found:
@@ -554,6 +575,8 @@ class Probe:
                 self.findings[k] = self.findings[k].with_(count=max(self.findings[k].count, finding.count))
             else:
                 self._add(finding, local=False)
+        if stops and self.on_finding == "raise":
+            raise ProbeError(self._stop or stops[0])
         return merged
 
     _clean_exit = True

@@ -471,6 +471,9 @@ class NonFiniteDetector(Detector):
                             f"{', '.join(name for name, _ in params[:4])}")
         elif norms and not all(norms):
             code, where, message = "LP104", *self._from_parameters(block, norms)
+            if self.probe.world_size > 1:
+                message += (" (the gradients are averaged over the ranks: a NaN/Inf from another rank's "
+                            "batch arrives this way; that rank's finding names its source)")
         if code is None:
             return False
         message += suffix
