@@ -121,3 +121,22 @@ def test_png_with_matplotlib(run_log, tmp_path):
     out = tmp_path / "plots.png"
     result = CliRunner().invoke(app, ["report", str(run_log), "--png", str(out)])
     assert result.exit_code == 1 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_summary_off_a_terminal_is_one_finding_per_line_at_full_width(tmp_path):
+    import io
+
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.02)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in Batches().epoch(10):
+            F.cross_entropy(net(x), y).backward()  # zero_grad missing
+            opt.step()
+    stream = io.StringIO()
+    from loopcheck.probe.sink import print_summary
+    print_summary(probe, stream)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "loopcheck probe: 10 steps"
+    (line,) = [line for line in lines if line.startswith("LP403")]
+    assert len(line) > 120 and "first step 1" in line and "--" in line
