@@ -23,15 +23,21 @@ def step(net, opt, x, y):
     opt.step()
 
 
+def train_per_epoch(net, opt, sched, batches, epochs, steps):
+    """Train `epochs` epochs of `steps` batches, stepping the scheduler once per epoch."""
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for _ in range(epochs):
+            for x, y in batches.epoch(steps):
+                step(net, opt, x, y)
+            sched.step()
+    return probe
+
+
 def test_onecycle_stepped_per_epoch(batches):
     net, opt = fresh()
     epochs, per_epoch = 4, 10
     sched = lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=epochs * per_epoch)
-    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
-        for _ in range(epochs):
-            for x, y in batches.epoch(per_epoch):
-                step(net, opt, x, y)
-            sched.step()
+    probe = train_per_epoch(net, opt, sched, batches, epochs, per_epoch)
     assert codes(probe) == {"LP301"}
     (f,) = probe.findings
     assert f.where == "OneCycleLR" and f.step == 20 and "once every 10" in f.message
@@ -210,11 +216,7 @@ def test_schedules_sized_in_steps_stepped_per_epoch(batches, kind):
     net, opt = fresh()
     epochs, per_epoch = 4, 12
     sched = _per_step_schedules(opt, total=100 * per_epoch)[kind]()
-    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
-        for _ in range(epochs):
-            for x, y in batches.epoch(per_epoch):
-                step(net, opt, x, y)
-            sched.step()
+    probe = train_per_epoch(net, opt, sched, batches, epochs, per_epoch)
     assert codes(probe) == {"LP301"}
     (f,) = probe.findings
     assert f.step == 24 and "12x slower" in f.message
@@ -235,11 +237,7 @@ def test_schedules_sized_in_epochs_stepped_per_epoch_are_fine(batches, kind):
     net, opt = fresh()
     per_epoch = 12
     sched = _per_epoch_schedules(opt, epochs=90)[kind]()
-    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
-        for _ in range(4):
-            for x, y in batches.epoch(per_epoch):
-                step(net, opt, x, y)
-            sched.step()
+    probe = train_per_epoch(net, opt, sched, batches, 4, per_epoch)
     assert probe.findings == []
 
 
