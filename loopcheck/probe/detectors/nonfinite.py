@@ -2,15 +2,18 @@
 
 The cheap path, every step and without a host sync: the input batch and the output of each
 module that needs it are reduced to one number whose finiteness is that of the whole tensor;
-torch's dense layers and normalisations are not reduced but judged by their parameters, whose
-largest magnitudes are taken once per step in one fused call (see `loopcheck.probe.layers`); with
-`backward_hooks`, a tensor hook on each output does the same for its gradient. At the optimizer
-step these numbers join the probe's queue of device values (`Probe.readings`), next to the loss
-and the per-parameter gradient norms the probe queued already. Every `every` steps the queue is
-read in one go; only when a step's values hold a non-finite one does the detector walk them, in
-execution order, to name the module (forward), the module whose gradient became non-finite
-(backward) or the loss. GradScaler skips are normal overflow handling:
-their records are dropped, and only a persistent run of skips is reported.
+torch's dense layers and normalisations are not reduced but judged by their parameters (see
+`loopcheck.probe.layers`); with `backward_hooks`, a tensor hook on each output does the same for
+its gradient. At the optimizer step these numbers join the probe's queue of device values
+(`Probe.readings`), next to the loss and the per-parameter gradient norms the probe queued
+already, and the probe's sentinel looks at the step's values at once on the CPU (two steps later
+on CUDA). Only when something is non-finite does the detector walk them, in execution order, to
+name the module (forward), the module whose gradient became non-finite (backward) or the loss.
+The dense layers' parameters are checked then, on the CPU before the step's update, so they still
+hold the values the forward pass used; on an accelerator, where the verdict comes after updates,
+their largest magnitudes are queued every step instead (one fused call). GradScaler skips are
+normal overflow handling: their records are dropped, and only a persistent run of skips is
+reported.
 """
 
 from __future__ import annotations
