@@ -26,6 +26,11 @@ def own(hook: Callable[..., Any]) -> Callable[..., Any]:
     return hook
 
 
+def foreign_hooks(hooks: dict[int, Any]) -> bool:
+    """Whether a module's hook dict holds a hook that is not the probe's."""
+    return any(not getattr(h, _OWN, False) for h in hooks.values())
+
+
 def without_own_hooks(state: dict[str, Any]) -> dict[str, Any]:
     """A module's pickled state (`__getstate__`) without the probe's hooks.
 

@@ -297,3 +297,26 @@ def test_a_custom_op_whose_child_returns_its_input_is_named_not_its_parent(child
             opt.step()
     (f,) = probe.findings
     assert (f.code, f.where, f.step) == ("LP103", "1.0", 4)
+
+
+def test_a_probed_sequential_is_one_group_and_still_names_its_layer():
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 8), nn.Tanh())
+    disc = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=1e-3)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-3)
+    with loopcheck.probe([disc, gen], [opt_d, opt_g], on_finding="ignore", summary=False) as probe:
+        assert [name for name, m in gen.named_modules() if m._forward_hooks] == [""]
+        for step in range(12):
+            if step == 7:
+                with torch.no_grad():
+                    gen[3].weight[0, 0] = float("nan")
+            fake = gen(torch.randn(8, 4))
+            opt_d.zero_grad()
+            F.softplus(disc(fake.detach())).mean().backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            F.softplus(-disc(fake)).mean().backward()
+            opt_g.step()
+    f = next(f for f in probe.findings if f.code == "LP103")
+    assert f.where == "model1.3" and f.step == 8 and "model1.3.weight" in f.message

@@ -139,8 +139,10 @@ class NonFiniteDetector(Detector):
                     parents[id(child)] = parents.get(id(child), 0) + 1
         grouped: set[int] = set()
         for index, (_, module) in enumerate(probe.modules):
-            if id(module) in roots or index in grouped:
+            if index in grouped:
                 continue
+            # A probed model can be a dense group too (a GAN's generator and discriminator often
+            # are): its group hook runs before its own hook, which still reduces its output.
             members = layers.dense_group(module)
             if not members:
                 continue
@@ -164,7 +166,7 @@ class NonFiniteDetector(Detector):
         self._unhook(group)
         group.whole = whole
         if whole:
-            group.handles.append(group.module.register_forward_hook(own(self._group_hook(group))))
+            group.handles.append(group.module.register_forward_hook(own(self._group_hook(group)), prepend=True))
         else:
             modules = self.probe.modules
             for index in group.members:
