@@ -1,7 +1,10 @@
 """torch.distributed support: rank discovery and the per-sample exchange of findings and metrics.
 
 At each sampling point every rank sends its new findings and its metrics through the existing
-process group (one all_gather_object call); rank 0 merges them, prints and writes the log.
+process group (one all_gather_object call); rank 0 merges them, prints and writes the log. With
+on_finding="raise" the ranks also stop together: the per-step sentinel is all-reduced, and a
+finding made on one rank stops every rank at the next exchange, instead of leaving the others
+waiting in a collective for a rank that has left.
 """
 
 from __future__ import annotations
@@ -21,17 +24,28 @@ def rank_and_size() -> tuple[int, int]:
     return 0, 1
 
 
-def exchange(metrics: dict[str, Any], findings: list[Finding], rank: int) -> tuple[dict[str, Any], list[Finding]]:
-    """All ranks call this at the same step; returns (metrics merged over ranks, other ranks' findings)."""
+def exchange(metrics: dict[str, Any], findings: list[Finding], rank: int,
+             stop: Finding | None = None) -> tuple[dict[str, Any], list[Finding], list[Finding]]:
+    """All ranks call this at the same step; returns (metrics merged over ranks, other ranks' findings,
+    the finding each rank that wants the run stopped (on_finding="raise") stops on)."""
     import torch.distributed as dist
 
-    payload = {"metrics": metrics, "findings": [f.to_dict() for f in findings]}
+    payload = {"metrics": metrics, "findings": [f.to_dict() for f in findings],
+               "stop": stop.to_dict() if stop is not None else None}
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, payload)
     remote = [
         _finding(item) for r, part in enumerate(gathered) if r != rank for item in part["findings"]
     ]
-    return merge_metrics([part["metrics"] for part in gathered]), remote
+    stops = [_finding(part["stop"]) for part in gathered if part["stop"] is not None]
+    return merge_metrics([part["metrics"] for part in gathered]), remote, stops
+
+
+def all_ranks_max(flag: Any) -> None:
+    """Reduce a one-element tensor to its maximum over the ranks, in place (the sentinel's all-reduce)."""
+    import torch.distributed as dist
+
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
 
 
 def merge_metrics(parts: list[dict[str, Any]]) -> dict[str, Any]:

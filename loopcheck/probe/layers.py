@@ -31,6 +31,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.modules.lazy import LazyModuleMixin
 
+from loopcheck.probe.patching import foreign_hooks
+
 SAFE = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardswish,
     nn.Hardsigmoid, nn.Softsign, nn.Mish, nn.ELU, nn.CELU, nn.SELU, nn.Identity, nn.Flatten, nn.Unflatten,
@@ -60,9 +62,10 @@ def is_safe(module: nn.Module) -> bool:
 
 
 def is_pass_through(module: nn.Module) -> bool:
-    """A container whose output is its last child's output, with no code or hooks of its own."""
+    """A container whose output is its last child's output, with no code or hooks of its own (the
+    probe's own hooks on a probed model do not count)."""
     return (type(module).forward is nn.Sequential.forward and len(module) > 0
-            and not module._forward_hooks and not module._forward_pre_hooks)
+            and not foreign_hooks(module._forward_hooks) and not foreign_hooks(module._forward_pre_hooks))
 
 
 def is_covered(module: nn.Module) -> bool:

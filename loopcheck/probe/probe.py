@@ -28,7 +28,7 @@ from loopcheck.probe.adapters.accelerate import inner_optimizer, inner_scheduler
 from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.patching import MethodPatch
+from loopcheck.probe.patching import MethodPatch, own, without_own_hooks
 from loopcheck.probe.sink import RunLog, print_summary
 from loopcheck.probe.stats import Readings, fused_norms
 
@@ -38,7 +38,7 @@ _ON_FINDING = ("warn", "raise", "ignore")
 # Dispatched to every detector that overrides them; `after_backward` only to those that ask for it.
 _HOOKS = (
     "on_forward_pre", "on_forward", "on_backward", "on_zero_grad", "on_step_pre",
-    "on_step", "on_step_skipped", "on_scheduler_step", "on_mode_change", "on_sample", "on_close",
+    "on_step", "on_step_skipped", "on_closure", "on_scheduler_step", "on_mode_change", "on_sample", "on_close",
 )
 
 
@@ -102,6 +102,9 @@ class Probe:
         self._norms: dict[int, tuple[int, StepNorms]] = {}
         self._serial = 0
         self._last_sample = 0
+        self._tripped = False
+        self._in_backward = False
+        self._stop: Finding | None = None  # under torch.distributed: the finding every rank raises on
         self._entered = False
         self.live = False
         self._log: RunLog | None = None
@@ -279,9 +282,10 @@ class Probe:
         return lifecycle.decorate(self, fn)
 
     def _install(self) -> None:
-        self._patch(torch.Tensor, "backward", self._wrap_backward)
+        self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(nn.Module, "train", self._wrap_train)
         self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
+        self._patch(nn.Module, "__getstate__", _wrap_getstate)
         self._install_objects()
 
     def _install_objects(self) -> None:
@@ -314,7 +318,7 @@ class Probe:
                 done.add(key)
                 self._patch(cls, name, make)
 
-    def _patch(self, cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    def _patch(self, cls: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
         self.hooks.callback(MethodPatch(cls, name, make).restore)
 
     # Hooks and wrappers -----------------------------------------------------------------
@@ -326,7 +330,7 @@ class Probe:
                 i = self.root_index.get(key)
                 if i is not None:
                     self._dispatch("on_forward_pre", i, module, args)
-        return hook
+        return own(hook)
 
     def _forward_hook(self, root: nn.Module) -> Callable[..., None]:
         key = id(root)
@@ -336,40 +340,76 @@ class Probe:
                 i = self.root_index.get(key)
                 if i is not None:
                     self._dispatch("on_forward", i, module, output)
-        return hook
+        return own(hook)
 
-    def _step_pre_hook(self, opt: Optimizer) -> Callable[..., None]:
+    def _step_pre_hook(self, opt: Optimizer) -> Callable[..., Any]:
         key = id(opt)
 
-        def before(optimizer: Optimizer) -> None:
-            i = self.opt_index.get(key)
-            if i is None:
-                return
-            self._serial += 1
-            self._take_losses(i)
-            self._dispatch("on_step_pre", i, optimizer)
-            self.readings.seal()
-
         def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> Any:
-            if not self.live or key not in self.opt_index:
+            i = self.opt_index.get(key) if self.live else None
+            if i is None:
                 return None
-            closure = kwargs.get("closure", args[0] if args else None)
+            # args[0] is the optimizer itself
+            closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
             if callable(closure):
-                # step(closure) runs forward and backward itself (LBFGS, Lightning): the gradients
-                # are final once the closure has returned, not now.
-                pending = self._before_step = [lambda: before(optimizer)]
-
-                def run_closure() -> Any:
-                    result = closure()
-                    if pending:
-                        pending.pop()()
-                    return result
+                # step(closure) runs forward and backward itself (LBFGS, Lightning): the step's
+                # checks run after the closure's first evaluation, whose loss step() returns.
+                pending = self._before_step = [lambda: self._step_checks(i, optimizer)]
+                wrapped = self._closure(i, optimizer, closure, pending)
                 if "closure" in kwargs:
-                    return args, {**kwargs, "closure": run_closure}
-                return (run_closure, *args[1:]), kwargs
-            before(optimizer)
+                    return args, {**kwargs, "closure": wrapped}
+                return (args[0], wrapped, *args[2:]), kwargs
+            self._step_checks(i, optimizer)
             return None
         return hook
+
+    def _closure(self, i: int, optimizer: Optimizer, closure: Callable[[], Any],
+                 pending: list[Callable[[], None]]) -> Callable[[], Any]:
+        calls = [0]
+
+        def evaluate() -> Any:
+            result = closure()
+            if self.live:
+                first = calls[0] == 0
+                calls[0] += 1
+                if pending:
+                    pending.pop()()
+                elif not first:
+                    self._pending_losses = []  # the line search's evaluations are not the step's loss
+                self._dispatch("on_closure", i, optimizer, first)
+            return result
+        return evaluate
+
+    def _step_checks(self, i: int, optimizer: Optimizer) -> None:
+        """Optimizer `i`'s gradients are final: take the step's loss, run the step checks, seal."""
+        self._serial += 1
+        self._take_losses(i)
+        self._dispatch("on_step_pre", i, optimizer)
+        self.readings.seal()
+        together = self.world_size > 1 and self.on_finding == "raise"
+        tripped = self.readings.tripped(distributed.all_ranks_max if together else None, self._main_device())
+        if tripped and not self._tripped:
+            # The first non-finite value: read and judge now, before this step updates the
+            # parameters (the localisation checks them), instead of at the next sample. Later
+            # ones are counted under that first incident at the regular samples.
+            self._tripped = True
+            if together:
+                self._judge_together()
+            else:
+                self._sample(final=False, judge_only=True)
+
+    def _main_device(self) -> torch.device:
+        """Where the sentinel's all-reduce runs: the device of the first watched parameter."""
+        return next((p.device for params in self.opt_params for p in params), torch.device("cpu"))
+
+    def _judge_together(self) -> None:
+        """Every rank tripped at this step (the sentinel is all-reduced): judge, tell each other, stop
+        together. A rank whose own values are finite raises the finding of the rank that is not."""
+        try:
+            self._sample(final=False, judge_only=True)
+        except ProbeError as err:
+            self._stop = err.finding
+        self._exchange({})
 
     def _step_post_hook(self, opt: Optimizer) -> Callable[..., None]:
         key = id(opt)
@@ -389,16 +429,25 @@ class Probe:
         return hook
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """`torch.autograd.backward`, which `Tensor.backward` calls too: both spellings are seen."""
         probe = self
 
-        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if not probe.live:
-                return original(tensor, *args, **kwargs)
-            probe._record_loss(tensor)
-            after = probe._dispatch_backward(tensor)
-            result = original(tensor, *args, **kwargs)
-            if after is not None and probe.live:
-                for det in after:
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if not probe.live or probe._in_backward:
+                # a backward inside a backward (reentrant checkpointing) is part of the outer one
+                return original(tensors, *args, **kwargs)
+            roots = _roots(tensors)
+            after: list[tuple[Detector, torch.Tensor]] = []
+            for tensor in roots:
+                probe._record_loss(tensor)
+                after.extend((det, tensor) for det in probe._dispatch_backward(tensor) or ())
+            probe._in_backward = True
+            try:
+                result = original(tensors, *args, **kwargs)
+            finally:
+                probe._in_backward = False
+            if probe.live:
+                for det, tensor in after:
                     probe._guard(det, det.after_backward, tensor)
             return result
         return backward
@@ -546,7 +595,12 @@ class Probe:
             if self.on_finding == "warn" or finding.code == "LP001":
                 warnings.warn(f"loopcheck: {finding}", ProbeWarning, stacklevel=2)
         if local and self.on_finding == "raise" and finding.code != "LP001":
-            raise ProbeError(finding)
+            if self.world_size == 1:
+                raise ProbeError(finding)
+            # Under torch.distributed a rank that stopped alone would leave the others waiting in
+            # the next collective: every rank stops at the next exchange of findings.
+            if self._stop is None:
+                self._stop = finding
 
     # Dispatch ---------------------------------------------------------------------------
     def _rebuild_calls(self) -> None:
@@ -599,14 +653,18 @@ class Probe:
         )
 
     # Sampling and the end ---------------------------------------------------------------
-    def _sample(self, final: bool) -> None:
+    def _sample(self, final: bool, *, judge_only: bool = False) -> None:
+        """Read the queued device values and let the detectors judge them; then log the metrics and,
+        under torch.distributed, exchange findings (every rank samples at the same steps). A
+        `judge_only` read (the sentinel's, on one rank) does neither."""
         fresh = not final or self.step > self._last_sample or self.step == 0
-        self._last_sample = self.step
+        if not judge_only:
+            self._last_sample = self.step
         self._dispatch("on_sample", self.step, final)
         # Not in a `finally`: after a ProbeError the detectors that did not get to read keep
         # their slices, which stay valid until the queue is cleared at a later sample.
         self.readings.clear()
-        if not fresh:
+        if not fresh or judge_only:
             return
         metrics: dict[str, Any] = {"step": self.step, "skipped": self.skipped}
         for det in self.detectors:
@@ -621,7 +679,7 @@ class Probe:
 
     def _exchange(self, metrics: dict[str, Any]) -> dict[str, Any]:
         sent, self._unsent = self._unsent, []
-        merged, remote = distributed.exchange(metrics, sent, self.rank)
+        merged, remote, stops = distributed.exchange(metrics, sent, self.rank, self._stop)
         for finding in remote:
             key = (finding.code, finding.where, finding.rank)
             if key in self._found:
@@ -629,6 +687,8 @@ class Probe:
                 self.findings[k] = self.findings[k].with_(count=max(self.findings[k].count, finding.count))
             else:
                 self._add(finding, local=False)
+        if stops and self.on_finding == "raise":
+            raise ProbeError(self._stop or stops[0])
         return merged
 
     _clean_exit = True
@@ -647,6 +707,12 @@ class Probe:
                 print_summary(self)
 
 
+def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
+    def __getstate__(module: nn.Module) -> Any:
+        return without_own_hooks(original(module))
+    return __getstate__
+
+
 class StepNorms(NamedTuple):
     """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`)."""
 
@@ -662,6 +728,15 @@ def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:
         return losses[0]
     with torch.no_grad():
         return torch.stack([v.float() for v in losses]).sum()
+
+
+def _roots(tensors: Any) -> list[torch.Tensor]:
+    """The tensors a backward call starts from (one tensor or a sequence of them)."""
+    if isinstance(tensors, torch.Tensor):
+        return [tensors]
+    if isinstance(tensors, (list, tuple)):
+        return [t for t in tensors if isinstance(t, torch.Tensor)]
+    return []
 
 
 def _release(probe: Probe) -> None:

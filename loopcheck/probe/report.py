@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from loopcheck.probe.sink import LOG_VERSION, findings_table
+from loopcheck.probe.sink import LOG_VERSION, print_findings
 
 _BRAILLE = 0x2800
 _DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))  # [row][column] within a cell
@@ -78,7 +78,7 @@ def render_report(log: Path, png: Path | None = None) -> int:
         f"scheduler {schedulers}", highlight=False,
     )
     if findings:
-        out.print(findings_table(findings, f"{len(findings)} finding(s)"))
+        print_findings(out, findings, f"{len(findings)} finding(s)")
     else:
         out.print("no findings")
     marks = sorted({f["step"] for f in findings if isinstance(f.get("step"), int)})

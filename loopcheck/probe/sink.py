@@ -180,6 +180,24 @@ def findings_table(findings: list[dict[str, Any]], title: str) -> Any:
     return table
 
 
+def print_findings(console: Any, findings: list[dict[str, Any]], title: str) -> None:
+    """A table on a terminal; elsewhere (a log file, CI, a pipe) one finding per line at full width,
+    since a table would wrap at rich's default of 80 columns there."""
+    if console.is_terminal:
+        console.print(findings_table(findings, title))
+        return
+    console.print(title, soft_wrap=True, highlight=False, markup=False)
+    for f in findings:
+        rank = f" (rank {f['rank']})" if f.get("rank") is not None else ""
+        where = f" at {f['where']}{rank}" if f.get("where") else rank
+        hint = fix_hint(f["code"])
+        console.print(
+            f"{f['code']} {f['name']} [{f['severity']}]{where}, first step {f.get('step', '-')}, "
+            f"seen {f.get('count', 1)}x: {f['message']}" + (f" -- {hint}" if hint else ""),
+            soft_wrap=True, highlight=False, markup=False,
+        )
+
+
 def print_summary(probe: "Probe", stream: IO[str] | None = None) -> None:
     from rich.console import Console
 
@@ -191,4 +209,4 @@ def print_summary(probe: "Probe", stream: IO[str] | None = None) -> None:
     if not probe.findings:
         console.print(f"loopcheck probe: {steps}, no findings")
         return
-    console.print(findings_table([_finding(f) for f in probe.findings], f"loopcheck probe: {steps}"))
+    print_findings(console, [_finding(f) for f in probe.findings], f"loopcheck probe: {steps}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -146,9 +146,13 @@ class Readings:
     """
 
     _COMPACT = 1024
+    _LAG = 2  # steps after which every rank reads a CUDA verdict (see `tripped`)
 
     def __init__(self) -> None:
         self._parts: list[torch.Tensor] = []
+        self._watched = 0  # parts already given to the sentinel
+        self._inflight: deque[tuple[torch.Tensor, Any, int]] = deque()  # (pinned verdict, CUDA event, step)
+        self._steps = 0  # sentinel calls so far
         self._open: list[torch.Tensor] = []
         self._size = 0
         self._host: list[float] | None = None
@@ -168,6 +172,64 @@ class Readings:
         if self._open:
             self._parts.append(stack_scalars(self._open))
             self._open = []
+
+    def tripped(self, combine: Callable[[torch.Tensor], None] | None = None,
+                device: torch.device | None = None) -> bool:
+        """The per-step sentinel: whether a value sealed since the last call is NaN/Inf, without a sync.
+
+        On the CPU the new vectors are checked at once (a sum, and only when that is not finite an
+        element-wise test: a sum of large finite values can overflow). On CUDA their verdict is
+        copied to pinned host memory behind an event and looked at once the event has passed, a
+        step or two later; other devices wait for the periodic read.
+
+        `combine` (torch.distributed with on_finding="raise") reduces the step's verdict over the
+        ranks in place, one all-reduce per step on `device`, so that every rank trips at the same
+        step; on CUDA each verdict is then read exactly `_LAG` steps later on every rank, waiting
+        for its event if the device is that far behind.
+        """
+        new = self._parts[self._watched:]
+        self._watched = len(self._parts)
+        self._steps += 1
+        if combine is None:
+            bad = False
+            for part in new:
+                if part.device.type == "cpu":
+                    bad = bad or not (math.isfinite(float(part.sum())) or bool(torch.isfinite(part).all()))
+                elif part.device.type == "cuda":
+                    with torch.no_grad():
+                        self._watch(torch.isfinite(part).all().logical_not())
+            return self._arrived(lockstep=False) or bad
+        with torch.no_grad():
+            flag = torch.zeros((), device=device)
+            for part in new:
+                flag = torch.maximum(flag, torch.isfinite(part.to(flag.device)).all().logical_not().float())
+            combine(flag)
+            if flag.device.type != "cuda":
+                return bool(flag > 0)
+            self._watch(flag > 0)
+        return self._arrived(lockstep=True)
+
+    def _watch(self, bad: torch.Tensor) -> None:
+        host = torch.empty((), dtype=torch.bool, pin_memory=True)
+        host.copy_(bad, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._inflight.append((host, event, self._steps))
+
+    def _arrived(self, lockstep: bool) -> bool:
+        bad = False
+        inflight = self._inflight
+        while inflight:
+            host, event, at = inflight[0]
+            if lockstep:
+                if self._steps - at < self._LAG:
+                    break
+                event.synchronize()  # only waits when the device is more than _LAG steps behind
+            elif not event.query():
+                break
+            inflight.popleft()
+            bad = bad or bool(host)
+        return bad
 
     def host(self) -> list[float]:
         """Every queued value as a Python float (NaN and Inf kept), read once per sample."""
@@ -191,6 +253,8 @@ class Readings:
 
     def clear(self) -> None:
         self._parts, self._open, self._size, self._host, self._finite = [], [], 0, None, None
+        self._watched = 0
+        self._inflight.clear()
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:

@@ -64,3 +64,51 @@ def test_nan_on_one_rank_is_reported_with_its_rank_by_rank_0(tmp_path):
     assert any(r["type"] == "finding" and r["rank"] == 1 and r["code"] == "LP103" for r in logged)
     metrics = [r for r in logged if r["type"] == "metrics"]
     assert metrics and all(m["ranks"] == 2 for m in metrics)
+
+
+def _raising_worker(rank: int, world: int, port: int, out: str, fault: str) -> None:
+    import datetime
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    # a rank left waiting in a collective fails after the timeout instead of hanging the test
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    result = {"raised": None, "step": None}
+    try:
+        torch.manual_seed(0)
+        net = Net()
+        model = DDP(net)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        try:
+            with loopcheck.probe(model, opt, on_finding="raise", summary=False, every=5) as probe:
+                for i, (x, y) in enumerate(Batches(seed=0, split=rank).epoch(20)):
+                    if fault == "nan" and rank == 1 and i == 7:
+                        x = x.clone()
+                        x[0, 0] = float("nan")
+                    opt.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                    opt.step()
+                    if fault == "eval" and rank == 0 and i == 11:
+                        with torch.no_grad():  # rank 0 validates in train mode, twice
+                            net(x)
+                            net(x)
+        except loopcheck.ProbeError as err:
+            result = {"raised": err.finding.code, "rank": err.finding.rank, "step": probe.step}
+        with open(os.path.join(out, f"raise{rank}.json"), "w") as f:
+            json.dump(result, f)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fault", ["nan", "eval"])
+def test_on_finding_raise_stops_every_rank_together(tmp_path, fault):
+    mp.spawn(_raising_worker, args=(2, _free_port(), str(tmp_path), fault), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"raise{r}.json").read_text()) for r in range(2)]
+    if fault == "nan":
+        # the NaN batch of step 8 on rank 1: both ranks stop before that step is applied
+        assert [r["step"] for r in results] == [7, 7]
+        assert results[1]["raised"] == "LP103" and results[0]["raised"] == "LP104"
+    else:
+        # rank 0's own finding stops both at the next exchange (every=5)
+        assert [r["step"] for r in results] == [15, 15]
+        assert [r["raised"] for r in results] == ["LP402", "LP402"] and {r["rank"] for r in results} == {0}

@@ -23,15 +23,21 @@ def step(net, opt, x, y):
     opt.step()
 
 
+def train_per_epoch(net, opt, sched, batches, epochs, steps):
+    """Train `epochs` epochs of `steps` batches, stepping the scheduler once per epoch."""
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for _ in range(epochs):
+            for x, y in batches.epoch(steps):
+                step(net, opt, x, y)
+            sched.step()
+    return probe
+
+
 def test_onecycle_stepped_per_epoch(batches):
     net, opt = fresh()
     epochs, per_epoch = 4, 10
     sched = lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=epochs * per_epoch)
-    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
-        for _ in range(epochs):
-            for x, y in batches.epoch(per_epoch):
-                step(net, opt, x, y)
-            sched.step()
+    probe = train_per_epoch(net, opt, sched, batches, epochs, per_epoch)
     assert codes(probe) == {"LP301"}
     (f,) = probe.findings
     assert f.where == "OneCycleLR" and f.step == 20 and "once every 10" in f.message
@@ -178,3 +184,82 @@ def test_per_epoch_and_plateau_schedulers_with_amp_skips_stay_clean(batches):
             plateau.step(1.0 + epoch)  # a worsening metric: plateau halves the LR
     assert probe.findings == []
     assert probe.skipped == 1
+
+
+class WarmupThenConstant(lr_scheduler.LRScheduler):
+    """A user subclass: linear warm-up over `warmup` steps, then constant."""
+
+    def __init__(self, optimizer, warmup):
+        self.warmup = warmup
+        super().__init__(optimizer)
+
+    def get_lr(self):
+        scale = min(1.0, (self.last_epoch + 1) / self.warmup)
+        return [base * scale for base in self.base_lrs]
+
+
+def _per_step_schedules(opt, total):
+    warm = lambda s: min(1.0, (s + 1) / 500)  # noqa: E731
+    return {
+        "lambda-warmup": lambda: lr_scheduler.LambdaLR(opt, warm),
+        "cosine-in-steps": lambda: lr_scheduler.CosineAnnealingLR(opt, T_max=total),
+        "linear-in-steps": lambda: lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=total),
+        "sequential": lambda: lr_scheduler.SequentialLR(opt, [
+            lr_scheduler.LinearLR(opt, start_factor=0.01, total_iters=300),
+            lr_scheduler.CosineAnnealingLR(opt, T_max=total - 300)], milestones=[300]),
+        "subclass": lambda: WarmupThenConstant(opt, warmup=1000),
+    }
+
+
+@pytest.mark.parametrize("kind", ["lambda-warmup", "cosine-in-steps", "linear-in-steps", "sequential", "subclass"])
+def test_schedules_sized_in_steps_stepped_per_epoch(batches, kind):
+    net, opt = fresh()
+    epochs, per_epoch = 4, 12
+    sched = _per_step_schedules(opt, total=100 * per_epoch)[kind]()
+    probe = train_per_epoch(net, opt, sched, batches, epochs, per_epoch)
+    assert codes(probe) == {"LP301"}
+    (f,) = probe.findings
+    assert f.step == 24 and "12x slower" in f.message
+
+
+def _per_epoch_schedules(opt, epochs):
+    return {
+        "cosine-in-epochs": lambda: lr_scheduler.CosineAnnealingLR(opt, T_max=epochs),
+        "step": lambda: lr_scheduler.StepLR(opt, step_size=30, gamma=0.1),
+        "multistep": lambda: lr_scheduler.MultiStepLR(opt, milestones=[60, 80], gamma=0.1),
+        "warmup-5-epochs": lambda: lr_scheduler.LambdaLR(opt, lambda e: min(1.0, (e + 1) / 5)),
+        "exponential": lambda: lr_scheduler.ExponentialLR(opt, gamma=0.97),
+    }
+
+
+@pytest.mark.parametrize("kind", ["cosine-in-epochs", "step", "multistep", "warmup-5-epochs", "exponential"])
+def test_schedules_sized_in_epochs_stepped_per_epoch_are_fine(batches, kind):
+    net, opt = fresh()
+    per_epoch = 12
+    sched = _per_epoch_schedules(opt, epochs=90)[kind]()
+    probe = train_per_epoch(net, opt, sched, batches, 4, per_epoch)
+    assert probe.findings == []
+
+
+def test_step_lr_moved_into_the_batch_loop_collapses_the_lr(batches):
+    net, opt = fresh()
+    sched = lr_scheduler.StepLR(opt, step_size=30, gamma=0.1)
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(300):
+            step(net, opt, x, y)
+            sched.step()
+    assert codes(probe) == {"LP301"}
+    (f,) = probe.findings
+    assert f.where == "StepLR" and "every batch" in f.message and f.step < 300
+
+
+def test_a_schedule_that_never_moves_in_the_run(batches):
+    net, opt = fresh()
+    sched = lr_scheduler.MultiStepLR(opt, milestones=[30, 60], gamma=0.1)  # sized for a longer run
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False) as probe:
+        for _ in range(6):
+            for x, y in batches.epoch(8):
+                step(net, opt, x, y)
+            sched.step()  # once per epoch: six steps, the first milestone is 30
+    (f,) = probe.findings
+    assert f.code == "LP301" and "never changed the LR" in f.message and "24 scheduler steps later" in f.message

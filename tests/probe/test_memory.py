@@ -85,3 +85,17 @@ def test_steady_memory_growth():
         found, step = pool.submit(_grow_memory_in_a_fresh_process).result(timeout=120)
     assert found == {"LP201"}
     assert step == 40
+
+
+def test_one_graph_kept_through_an_epoch_is_bounded_not_a_leak(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    snapshots = {}
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for epoch in range(4):
+            for x, y in batches.epoch(30):
+                opt.zero_grad()
+                loss = F.cross_entropy(net(x), y)
+                loss.backward()
+                opt.step()
+            snapshots["last"] = dict(locals())  # once per epoch: keeps this epoch's last loss until the next
+    assert probe.findings == []

@@ -91,3 +91,56 @@ def test_swa_batchnorm_recalibration_is_not_evaluation(net, batches):
             swa.update_parameters(net)
         update_bn(loader, net)  # train-mode forward passes under no_grad, on purpose
     assert probe.findings == []
+
+
+def test_one_validation_batch_per_epoch_in_train_mode(net, batches):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    val_x, _ = next(iter(batches))
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for epoch in range(3):
+            for x, y in batches.epoch(10):
+                fit(net, opt, x, y)
+            with torch.no_grad():
+                net(val_x)  # a single validation batch, model still in train mode
+    assert codes(probe) == {"LP402"}
+    (f,) = probe.findings
+    assert f.step == 10 and "batch's statistics" in f.message and "dropout" in f.message
+
+
+def test_a_forward_every_few_steps_in_train_mode_without_batch_norm(batches):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for k, (x, y) in enumerate(batches.epoch(20)):
+            fit(model, opt, x, y)
+            if k % 5 == 4:
+                with torch.no_grad():
+                    model(x)  # a quick accuracy check every five steps
+    (f,) = probe.findings
+    assert f.code == "LP402" and f.step == 5
+    assert "dropout active" in f.message and "statistics" not in f.message and "norm" not in f.message
+
+
+def test_teacher_and_frozen_metric_network_under_no_grad_are_fine(batches):
+    torch.manual_seed(0)
+    student = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4))
+    teacher = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4))
+    metric = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8)).eval().requires_grad_(False)
+    teacher.requires_grad_(False)
+    opt = torch.optim.SGD(student.parameters(), lr=0.05)
+    with loopcheck.probe([student, teacher, metric], opt, on_finding="ignore", summary=False) as probe:
+        for k, (x, y) in enumerate(batches.epoch(30)):
+            with torch.no_grad():
+                soft = teacher(x).softmax(1)  # a mean-teacher in train mode, every step
+            opt.zero_grad()
+            out = student(x)
+            (F.cross_entropy(out, y) + F.kl_div(out.log_softmax(1), soft, reduction="batchmean")).backward()
+            opt.step()
+            with torch.no_grad():
+                for p, q in zip(teacher.parameters(), student.parameters()):
+                    p.lerp_(q, 0.01)
+            if k % 10 == 9:
+                with torch.no_grad():
+                    metric(out.detach())  # a frozen, eval-mode metric network every ten steps
+    assert probe.findings == []

@@ -135,3 +135,27 @@ def test_persistent_skipping_is_reported_with_its_source(batches):
     f = only(probe, "LP103")
     assert f.where == "head" and "skipped 10 steps in a row" in f.message
     assert probe.step == 15
+
+
+@pytest.mark.parametrize("where", ["batch", "loss", "gradient"])
+def test_raise_stops_before_the_poisoned_step_is_applied(net, batches, where):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    before = None
+    with pytest.raises(loopcheck.ProbeError) as raised:
+        with loopcheck.probe(net, opt, on_finding="raise", summary=False) as probe:
+            for step, (x, y) in enumerate(batches.epoch(60)):
+                net.trap.armed = where == "gradient" and step == 30
+                if where == "batch" and step == 30:
+                    x = x.clone()
+                    x[3, 1] = float("nan")
+                opt.zero_grad()
+                loss = F.cross_entropy(net(x), y)
+                if where == "loss" and step == 30:
+                    loss = loss / 0
+                loss.backward()
+                before = [p.detach().clone() for p in net.parameters()]
+                opt.step()
+    # the 31st step raised from inside optimizer.step(), before it changed any parameter
+    assert probe.step == 30 and raised.value.finding.step == 31
+    assert raised.value.finding.code == {"batch": "LP103", "loss": "LP105", "gradient": "LP104"}[where]
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))

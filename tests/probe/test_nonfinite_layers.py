@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -263,3 +264,59 @@ def test_a_float16_group_is_split_and_its_layers_checked_one_by_one():
         assert model.body[0]._forward_hooks and not model.body._forward_hooks
     f = next(f for f in probe.findings if f.code.startswith("LP10"))
     assert f.code == "LP103" and f.where == "body.2" and f.step == 5
+
+
+class Scaled(nn.Module):
+    """A custom op followed by a child that hands back its input object (dropout at p=0 or in eval, Identity)."""
+
+    def __init__(self, child: nn.Module, child_first: bool) -> None:
+        super().__init__()
+        self.child = child
+        self.child_first = child_first
+        self.armed = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.child_first:
+            x = self.child(x)
+        x = x / x.abs().amax() * (float("nan") if self.armed else 1.0)
+        return x if self.child_first else self.child(x)
+
+
+@pytest.mark.parametrize("child", [nn.Dropout(0.0), nn.Identity(), nn.Dropout(0.3).eval()], ids=str)
+@pytest.mark.parametrize("child_first", [False, True])
+def test_a_custom_op_whose_child_returns_its_input_is_named_not_its_parent(child, child_first):
+    torch.manual_seed(0)
+    scaled = Scaled(child, child_first)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Sequential(scaled, nn.Dropout(0.0)), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(6):
+            scaled.armed = step == 3
+            opt.zero_grad()
+            F.cross_entropy(model(torch.randn(5, 4)), torch.zeros(5, dtype=torch.long)).backward()
+            opt.step()
+    (f,) = probe.findings
+    assert (f.code, f.where, f.step) == ("LP103", "1.0", 4)
+
+
+def test_a_probed_sequential_is_one_group_and_still_names_its_layer():
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 8), nn.Tanh())
+    disc = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=1e-3)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-3)
+    with loopcheck.probe([disc, gen], [opt_d, opt_g], on_finding="ignore", summary=False) as probe:
+        assert [name for name, m in gen.named_modules() if m._forward_hooks] == [""]
+        for step in range(12):
+            if step == 7:
+                with torch.no_grad():
+                    gen[3].weight[0, 0] = float("nan")
+            fake = gen(torch.randn(8, 4))
+            opt_d.zero_grad()
+            F.softplus(disc(fake.detach())).mean().backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            F.softplus(-disc(fake)).mean().backward()
+            opt_g.step()
+    f = next(f for f in probe.findings if f.code == "LP103")
+    assert f.where == "model1.3" and f.step == 8 and "model1.3.weight" in f.message

@@ -31,7 +31,7 @@ def run_log(tmp_path_factory):
             loss = F.cross_entropy(net(x), y) * (1e4 if i == 60 else 1)
             loss.backward()
             opt.step()
-    assert {f.code for f in probe.findings} == {"LP101", "LP103", "LP501"}
+    assert {f.code for f in probe.findings} == {"LP101", "LP103", "LP501", "LP502"}  # the spike wrecks the run
     return path
 
 
@@ -51,7 +51,7 @@ def test_log_records(run_log):
     assert {"loss", "grad_norm", "lr", "step_time", "data_wait", "memory_mb"} <= metrics[0].keys()
     assert metrics[3]["loss_max"] > 100 * metrics[1]["loss"]
     found = [r for r in recs if r["type"] == "finding"]
-    assert sorted((f["code"], f["step"]) for f in found) == [("LP101", 61), ("LP103", 81), ("LP501", 61)]
+    assert sorted((f["code"], f["step"]) for f in found) == [("LP101", 61), ("LP103", 81), ("LP501", 61), ("LP502", 80)]
     end = recs[-1]
     assert end["type"] == "end" and end["step"] == 120
     nan = next(f for f in end["findings"] if f["code"] == "LP103")
@@ -121,3 +121,22 @@ def test_png_with_matplotlib(run_log, tmp_path):
     out = tmp_path / "plots.png"
     result = CliRunner().invoke(app, ["report", str(run_log), "--png", str(out)])
     assert result.exit_code == 1 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_summary_off_a_terminal_is_one_finding_per_line_at_full_width(tmp_path):
+    import io
+
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.02)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in Batches().epoch(10):
+            F.cross_entropy(net(x), y).backward()  # zero_grad missing
+            opt.step()
+    stream = io.StringIO()
+    from loopcheck.probe.sink import print_summary
+    print_summary(probe, stream)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "loopcheck probe: 10 steps"
+    (line,) = [line for line in lines if line.startswith("LP403")]
+    assert len(line) > 120 and "first step 1" in line and "--" in line

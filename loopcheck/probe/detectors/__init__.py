@@ -7,7 +7,9 @@ from loopcheck.probe.detectors.base import Detector
 
 def default_detectors() -> list[type[Detector]]:
     from loopcheck.probe.detectors.data import DataStallDetector
-    from loopcheck.probe.detectors.gradients import GradNormDetector, GradResetDetector, UnusedParamsDetector
+    from loopcheck.probe.detectors.gradients import (
+        GradNormDetector, GradResetDetector, UnusedParamsDetector, UpdateRatioDetector,
+    )
     from loopcheck.probe.detectors.loss import LossSpikeDetector
     from loopcheck.probe.detectors.lr import LRDetector
     from loopcheck.probe.detectors.memory import MemoryGrowthDetector, RetainedGraphDetector
@@ -15,7 +17,7 @@ def default_detectors() -> list[type[Detector]]:
     from loopcheck.probe.detectors.nonfinite import NonFiniteDetector
 
     return [
-        NonFiniteDetector, GradNormDetector, GradResetDetector, UnusedParamsDetector, LossSpikeDetector,
+        NonFiniteDetector, GradNormDetector, GradResetDetector, UnusedParamsDetector, UpdateRatioDetector, LossSpikeDetector,
         LRDetector, ModeDetector, RetainedGraphDetector, MemoryGrowthDetector, DataStallDetector,
     ]
 

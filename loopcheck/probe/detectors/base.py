@@ -69,6 +69,10 @@ class Detector:
     def on_step_skipped(self, index: int, optimizer: "Optimizer") -> None:
         """The GradScaler skipped optimizer `index`'s step (inf/NaN gradients)."""
 
+    def on_closure(self, index: int, optimizer: "Optimizer", first: bool) -> None:
+        """A closure evaluation inside `optimizer.step(closure)` returned; after the first one the
+        step's `on_step_pre` has run, the later ones are the optimizer's own (a line search)."""
+
     def on_scheduler_step(self, index: int, scheduler: Any) -> None:
         """Scheduler `index` stepped."""
 

@@ -1,4 +1,5 @@
-"""LP101 / LP102 gradient norm spikes and vanishing; LP403 gradients not reset; LP404 unused parameters.
+"""LP101 / LP102 gradient norm spikes and vanishing; LP106 updates far larger than the weights;
+LP403 gradients not reset; LP404 unused parameters.
 
 Gradient norms come from `Probe.grad_norms` (fused per-parameter norms, kept on the device) and
 are read with the probe's other queued values every `every` steps. Gradient resets are tracked by
@@ -15,11 +16,17 @@ from typing import Any
 import torch
 
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import RobustLevel
+from loopcheck.probe.stats import RobustLevel, fused_norms
 
 _TOP = 3  # layers named in a spike / vanishing finding
 _TRACKED = 8  # parameters per optimizer whose .grad resets are followed (LP403)
 _OWNER_SETS = 64  # distinct sets of parameters with gradients whose owners are remembered
+# LP106: the weight matrices measured (at most this many tensors and values), the ratio of the
+# update's norm to the weights' norm that is far too large, and the samples in a row it must last.
+_RATIO_TENSORS = 16
+_RATIO_VALUES = 4 * 1024 * 1024
+_RATIO_HIGH = 0.5
+_RATIO_SAMPLES = 2
 
 
 class GradNormDetector(Detector):
@@ -158,6 +165,12 @@ class GradResetDetector(Detector):
             if chosen == _TRACKED:
                 break
 
+    def on_closure(self, index: int, optimizer: Any, first: bool) -> None:
+        """Each evaluation of a step's closure must start from reset gradients, like each step."""
+        if not first:
+            self.on_step_pre(index, optimizer)
+        self.on_step(index, optimizer)
+
     def on_zero_grad(self, params: list[torch.Tensor]) -> None:
         if not self._tracked:
             return
@@ -261,4 +274,79 @@ class UnusedParamsDetector(Detector):
                     "LP404",
                     f"parameter {name} never received a gradient in {steps} steps",
                     where=name, step=steps,
+                )
+
+
+class UpdateRatioDetector(Detector):
+    """LP106: optimizer updates far larger than the weights they change, sustained.
+
+    On the step before each sample the weight matrices (at most `_RATIO_TENSORS` tensors and
+    `_RATIO_VALUES` values) are copied before the optimizer step; after it the norms of the change
+    and of the weights are queued (no sync). A healthy run changes its weights by about a
+    thousandth per step; half of their norm or more at two samples in a row is a divergence.
+    """
+
+    codes = ("LP106",)
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__(probe)
+        self._before: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self._pending: list[tuple[int, int, slice, int]] = []  # (step, optimizer, read, tensors)
+        self._high: dict[int, int] = defaultdict(int)
+
+    def on_step_pre(self, index: int, optimizer: Any) -> None:
+        if (self.probe.step + 1) % self.config.every:
+            return
+        params: list[torch.Tensor] = []
+        total = 0
+        for p in self.probe.opt_params[index]:
+            if p.dim() < 2 or p.grad is None or p.grad.is_sparse or total + p.numel() > _RATIO_VALUES:
+                continue
+            params.append(p)
+            total += p.numel()
+            if len(params) == _RATIO_TENSORS:
+                break
+        if params:
+            with torch.no_grad():
+                self._before[index] = (params, [p.detach().clone() for p in params])
+
+    def on_step_skipped(self, index: int, optimizer: Any) -> None:
+        self._before.pop(index, None)
+
+    def on_step(self, index: int, optimizer: Any) -> None:
+        entry = self._before.pop(index, None)
+        if entry is None:
+            return
+        params, before = entry
+        with torch.no_grad():
+            torch._foreach_sub_(before, params)
+            values = fused_norms(before) + fused_norms(params)
+        self._pending.append((self.probe.step, index, self.probe.readings.add(values), len(params)))
+
+    def on_sample(self, step: int, final: bool) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        host = self.probe.readings.host()
+        for at, index, read, n in pending:
+            values = host[read]
+            if not all(map(math.isfinite, values)):
+                continue  # the non-finite detector's
+            change = math.sqrt(sum(v * v for v in values[:n]))
+            weights = math.sqrt(sum(v * v for v in values[n:]))
+            ratio = change / weights if weights > 0 else 0.0
+            if ratio < _RATIO_HIGH:
+                self._high[index] = 0
+                continue
+            self._high[index] += 1
+            if self._high[index] == _RATIO_SAMPLES:
+                where = None if len(self.probe.optimizers) == 1 else f"optimizer{index}"
+                lrs = ", ".join(f"{g['lr']:.3g}" for g in self.probe.optimizers[index].param_groups
+                                if isinstance(g.get("lr"), (int, float)))
+                self.report(
+                    "LP106",
+                    f"the optimizer step changed the weights by {ratio:.2g} of their norm at step {at}, and by "
+                    f"half of it or more at the sample before (a healthy step changes them by about 0.001): "
+                    f"the learning rate ({lrs}) is far too high for this model",
+                    where=where, step=at, ratio=ratio,
                 )

@@ -1,4 +1,5 @@
-"""LP501: a loss far above its recent robust level (rolling median / MAD on a log scale).
+"""LP501: a loss far above its recent robust level (rolling median / MAD on a log scale);
+LP502: a loss that has trended far above its starting level (divergence).
 
 The per-step loss is what `backward()` was called on (summed over accumulation micro-batches,
 unscaled under a GradScaler), kept on the device and read with the probe's other queued values
@@ -8,15 +9,20 @@ every `every` steps.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import statistics
+from collections import defaultdict, deque
 from typing import Any
 
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.stats import RobustLevel
 
+_START = 5  # the starting level: the median of the first losses
+_DIVERGED = 2.0  # the recent median this many times the starting level ...
+_SAMPLES = 2  # ... at this many samples in a row is a divergence
+
 
 class LossSpikeDetector(Detector):
-    codes = ("LP501",)
+    codes = ("LP501", "LP502")
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
@@ -24,6 +30,9 @@ class LossSpikeDetector(Detector):
         self._levels: dict[int, RobustLevel] = defaultdict(lambda: RobustLevel(c.window, c.warmup, c.spike_z, c.spike_ratio))
         self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._values: list[float] = []
+        self._start: list[float] = []
+        self._recent: deque[float] = deque(maxlen=self.config.every)
+        self._high = 0
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
         read = self.probe.loss_read.get(index)
@@ -42,6 +51,10 @@ class LossSpikeDetector(Detector):
                 continue  # LP105 is the non-finite detector's
             if index == 0:
                 self._values.append(value)
+                if len(self._start) < _START:
+                    self._start.append(value)
+                else:
+                    self._recent.append(value)
             level = self._levels[index].push(value)
             if level is not None:
                 self.report(
@@ -51,6 +64,28 @@ class LossSpikeDetector(Detector):
                     where=None if len(self.probe.optimizers) == 1 else f"optimizer{index}",
                     step=at, loss=value, median=level,
                 )
+
+        if not final:
+            self._trend(step)
+
+    def _trend(self, step: int) -> None:
+        """LP502, for a single optimizer (a GAN's losses rise and fall by design): the median of the
+        last `every` losses stays `_DIVERGED` times above the median of the first few."""
+        if len(self.probe.optimizers) != 1 or len(self._recent) < (self._recent.maxlen or 0):
+            return
+        start, now = min(self._start), statistics.median(self._recent)
+        if not (start > 0 and now >= _DIVERGED * start):
+            self._high = 0
+            return
+        self._high += 1
+        if self._high == _SAMPLES:
+            self.report(
+                "LP502",
+                f"the loss has risen from {start:.4g} (the lowest of the first {_START} steps) to {now:.4g} (median "
+                f"of the last {len(self._recent)} steps, {now / start:.1f}x) and stayed there: the run diverges "
+                f"(a learning rate far too high, or a sign error in the loss)",
+                step=step, start=start, now=now,
+            )
 
     def metrics(self) -> dict[str, Any]:
         if not self._values:

@@ -3,7 +3,11 @@
 Each param group's LR is read (a Python float, no device sync) when an optimizer steps. With a
 scheduler attached, the expected LR is the value its last step() set (or the value at entry):
 any other value at the next optimizer step was written by something else. Cadence comes from
-counting optimizer step attempts (AMP-skipped ones included) between scheduler steps.
+counting optimizer step attempts (AMP-skipped ones included) between scheduler steps; whether a
+schedule stepped once per epoch was sized in optimizer steps comes from its own shape, looked
+ahead on a copy (`loopcheck.probe.schedule`), whatever its class. An LR that has collapsed to
+almost nothing while training goes on, and a schedule stepped all run long that never changed the
+LR, are LP301 too.
 """
 
 from __future__ import annotations
@@ -17,8 +21,16 @@ import torch
 from torch.optim import lr_scheduler
 
 from loopcheck.probe.detectors.base import Detector
+from loopcheck.probe.schedule import look_ahead
 
 _PER_STEP = (lr_scheduler.OneCycleLR, lr_scheduler.CyclicLR)
+# A schedule stepped once per epoch was sized in optimizer steps when reaching its peak takes this
+# many scheduler steps (nobody warms up for 25 epochs), or reaching its end `_LONG_END`.
+_LONG_WARMUP = 25
+_LONG_END = 500
+_COLLAPSED = 1e-6  # an LR below this share of its peak ...
+_COLLAPSED_STEPS = 50  # ... for this many optimizer steps in a row has stopped training
+_NEVER_MOVED = 5  # scheduler steps without any change of the LR, at the end of a run, that are reported
 
 
 def _lr(group: dict[str, Any]) -> float | None:
@@ -53,6 +65,7 @@ class LRDetector(Detector):
         self._owned = [any(o == i for o in self._opt_of) for i in range(n)]
         self._expected: list[list[float | None]] = [[] for _ in range(n)]
         self._initial: list[list[float | None]] = [[] for _ in range(n)]
+        self._expected_at_entry: list[list[float | None]] = [[] for _ in range(n)]
         self._entry_steps = [0] * n
         self._entry_state = [False] * n
         self._attempts = [0] * n
@@ -66,11 +79,17 @@ class LRDetector(Detector):
         self._doubles = defaultdict(int)
         self._slow = defaultdict(int)
         self._resume_checked = [False] * m
+        self._shapes: dict[int, Any] = {}
+        self._sched_steps = [0] * m
+        self._moved: set[int] = set()  # schedulers that changed an LR at least once
+        self._peak: list[list[float]] = [[] for _ in range(n)]
+        self._low: list[list[int]] = [[] for _ in range(n)]
 
     def attach(self) -> None:
         for i, opt in enumerate(self.probe.optimizers):
             lrs = [_lr(g) for g in opt.param_groups]
             self._expected[i] = list(lrs)
+            self._expected_at_entry[i] = list(lrs)
             self._last_lrs[i] = list(lrs)
             self._initial[i] = [
                 float(g["initial_lr"]) if isinstance(g.get("initial_lr"), (int, float)) else lr
@@ -93,6 +112,7 @@ class LRDetector(Detector):
         lrs = [_lr(g) for g in optimizer.param_groups]
         self._last_lrs[index] = lrs
         self._attempt(index)
+        self._collapse(index, lrs)
         if not self._owned[index]:
             return
         expected = self._expected[index]
@@ -118,6 +138,36 @@ class LRDetector(Detector):
                         where=self._group(index, g),
                     )
         self._expected[index] = list(lrs)
+
+    def _collapse(self, index: int, lrs: list[float | None]) -> None:
+        peak, low = self._peak[index], self._low[index]
+        if len(peak) != len(lrs):
+            peak[:], low[:] = [0.0] * len(lrs), [0] * len(lrs)
+        for g, lr in enumerate(lrs):
+            if lr is None:
+                continue
+            if lr > peak[g]:
+                peak[g] = lr
+            if not (peak[g] > 0 and lr < _COLLAPSED * peak[g]):
+                low[g] = 0
+                continue
+            low[g] += 1
+            if low[g] != _COLLAPSED_STEPS:
+                continue
+            owner = next((j for j, i in enumerate(self._opt_of) if i == index), None)
+            cause = ""
+            if owner is not None:
+                steps = self._sched_steps[owner]
+                cause = f"; {self._sched(owner)} was stepped {steps} times in {self._attempts[index]} optimizer steps"
+                if steps >= self._attempts[index] * 0.8:
+                    cause += " (every batch: a schedule sized in epochs, e.g. StepLR or ExponentialLR, stepped per step?)"
+            self.report(
+                "LP301",
+                f"the LR of {self._group(index, g)} has been below {_COLLAPSED:g} of its peak {peak[g]:.3g} for "
+                f"{_COLLAPSED_STEPS} optimizer steps (now {lr:.3g}) while training goes on: the parameters no "
+                f"longer move{cause}",
+                where=self._sched(owner) if owner is not None else self._group(index, g),
+            )
 
     def on_step_skipped(self, index: int, optimizer: Any) -> None:
         self._attempt(index)
@@ -145,6 +195,7 @@ class LRDetector(Detector):
             return
         optimizer = self.probe.optimizers[i]
         self._in_interval[index] += 1
+        self._sched_steps[index] += 1
         if self._attempts[i] == 0 and not optimizer.state and not getattr(optimizer, "_opt_called", False):
             self.report(
                 "LP301",
@@ -169,17 +220,45 @@ class LRDetector(Detector):
             )
         self._epoch[index] = epoch if isinstance(epoch, int) else before
         self._expected[i] = [_lr(g) for g in optimizer.param_groups]
+        if self._expected[i] != self._expected_at_entry[i]:
+            self._moved.add(index)
 
     def _cadence(self, index: int, scheduler: Any, interval: int) -> None:
-        if not isinstance(scheduler, _PER_STEP) or interval < self.config.cadence_ratio:
+        if interval < self.config.cadence_ratio:
             return
         self._slow[index] += 1
-        if self._slow[index] >= 2:
+        if self._slow[index] < 2 or index in self._shapes:
+            return
+        factor = round(statistics.median(i for i in self._intervals[index] if i >= self.config.cadence_ratio))
+        if isinstance(scheduler, _PER_STEP):
+            self._shapes[index] = None
             self.report(
                 "LP301",
                 f"{self._sched(index)} is a per-step schedule but was stepped only once every {interval} "
-                f"optimizer steps (per epoch?): after the run it has covered a fraction of its cycle "
-                f"and the LR never leaves its warm-up",
+                f"optimizer steps (per epoch?): it runs {factor}x slower than it was sized for, so after the "
+                f"run it has covered about 1/{factor} of its cycle",
+                where=self._sched(index),
+            )
+            return
+        shape = self._shapes[index] = look_ahead(scheduler)
+        position = getattr(scheduler, "last_epoch", None)
+        if shape is None or not isinstance(position, int):
+            return
+        if shape.peak is not None:
+            milestone, what = position + shape.peak, "reaches the peak of its warm-up"
+            long = milestone >= _LONG_WARMUP
+        elif shape.end is not None:
+            milestone, what = position + shape.end, "reaches the end of its schedule"
+            long = milestone >= _LONG_END
+        else:
+            return
+        if long:
+            self.report(
+                "LP301",
+                f"{self._sched(index)} is stepped once every {factor} optimizer steps (per epoch?) but "
+                f"{what} only after {milestone} of its steps, a schedule sized in optimizer steps: it runs "
+                f"{factor}x slower than it was sized for ({milestone * factor} optimizer steps instead of "
+                f"{milestone}); step it after every optimizer step",
                 where=self._sched(index),
             )
 
@@ -204,6 +283,29 @@ class LRDetector(Detector):
                 f"of its schedule: the LR jumped back to its initial value (save and load "
                 f"scheduler.state_dict() with the checkpoint)",
                 where=self._sched(index),
+            )
+
+    def on_close(self) -> None:
+        """A schedule stepped all run long that never changed the LR: its first change comes after the run."""
+        if not self.probe._clean_exit:
+            return
+        for j, scheduler in enumerate(self.probe.schedulers):
+            i = self._opt_of[j]
+            steps = self._sched_steps[j]
+            now = self._expected_at_entry[i][:1] if i is not None else []
+            if i is None or steps < _NEVER_MOVED or j in self._moved or not now or now[0] is None:
+                continue
+            shape = look_ahead(scheduler)
+            if shape is None:
+                continue
+            later = (f"its first change would come {shape.first} scheduler steps later" if shape.first
+                     else "it would not change it within the next 20000 steps either")
+            self.report(
+                "LP301",
+                f"{self._sched(j)} was stepped {steps} times in {self._attempts[i]} optimizer steps and never "
+                f"changed the LR ({now[0]:.3g}): {later} (milestones or step_size sized in optimizer steps, "
+                f"or for a longer run?)",
+                where=self._sched(j),
             )
 
     def metrics(self) -> dict[str, Any]:

@@ -4,7 +4,9 @@ LP202: at each backward a small marker object is stored in the `metadata` dict o
 autograd node and of the nodes just below it; the node owns that dict, so a weak reference to
 the marker lives exactly as long as the graph node does. A loss appended to a list, or summed
 into a running total without `.item()` / `.detach()`, keeps its node alive; in a correct loop it
-dies within a step or two.
+dies within a step or two. What is reported is growth: `_MIN_RETAINED` graphs from different steps
+alive at once, `retain_steps` after their backward. One graph kept a while (the last loss of an
+epoch held by a variable until the next epoch) is bounded and not a finding.
 
 LP201: every `every` steps the allocated memory is sampled: the CUDA caching allocator's count
 on a GPU (a host-side counter, no sync), the process's resident set size on a CPU.
@@ -22,7 +24,7 @@ import torch
 from loopcheck.probe.detectors.base import Detector
 
 _KEY = "loopcheck"
-_MIN_RETAINED = 3  # steps whose graphs must have outlived the window before LP202 is reported
+_MIN_RETAINED = 3  # old graphs alive at the same time before LP202 is reported
 _DEPTH = 2
 _MAX_NODES = 8
 _MIB = 1024 * 1024
@@ -41,7 +43,7 @@ class RetainedGraphDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         self._live: deque[tuple[int, weakref.ref]] = deque()
-        self._retained: list[int] = []
+        self._old: list[tuple[int, weakref.ref]] = []  # graphs past the window, alive when last looked at
 
     def on_backward(self, tensor: torch.Tensor) -> None:
         node = tensor.grad_fn
@@ -72,12 +74,17 @@ class RetainedGraphDetector(Detector):
             return
         horizon = self.probe.step - self.config.retain_steps
         live = self._live
+        moved = False
         while live and live[0][0] < horizon:
             step, ref = live.popleft()
-            if ref() is not None and (not self._retained or self._retained[-1] != step):
-                self._retained.append(step)
-        if len(self._retained) >= _MIN_RETAINED:
-            steps = self._retained
+            if ref() is not None and (not self._old or self._old[-1][0] != step):
+                self._old.append((step, ref))
+                moved = True
+        if not moved:
+            return
+        self._old = [(step, ref) for step, ref in self._old if ref() is not None]
+        if len(self._old) >= _MIN_RETAINED:
+            steps = [step for step, _ in self._old]
             self.report(
                 "LP202",
                 f"the autograd graphs of the losses of steps {', '.join(map(str, steps[:3]))}"
@@ -85,7 +92,7 @@ class RetainedGraphDetector(Detector):
                 f"their backward: a loss (or output) is kept as a tensor, e.g. appended to a list or summed into "
                 f"a running total; keep loss.item() or loss.detach() instead",
             )
-            self._retained = []
+            self._old = []
 
 
 class MemoryGrowthDetector(Detector):

@@ -3,6 +3,12 @@
 Mode-dependent modules are dropout, batch norm (and instance norm with running statistics),
 attention and RNN layers with dropout. The state of a model is computed again only after a
 train()/eval() call on it, so a forward pass costs one flag check.
+
+LP402 has two shapes: two or more no-grad passes in a row in train mode (an evaluation loop), and
+a single one between two optimizer steps when the steps before it had none (one validation batch
+per epoch, or a forward every N steps). A no-grad pass in every step (pseudo-labels, targets
+computed in train mode) is part of training and not reported. Messages describe only the layers
+the model has: dropout, normalisation with running statistics.
 """
 
 from __future__ import annotations
@@ -32,12 +38,33 @@ def mode_dependent(module: nn.Module) -> bool:
     return False
 
 
+def _behaviour(modules: list[nn.Module], training: bool) -> str:
+    """What the model's mode-dependent layers do in the given mode, naming only the kinds it has."""
+    dropout = any(isinstance(m, (_DropoutNd, nn.MultiheadAttention, nn.RNNBase)) for m in modules)
+    norms = any(isinstance(m, (_BatchNorm, _InstanceNorm)) for m in modules)
+    parts = []
+    if training:
+        if dropout:
+            parts.append("dropout active")
+        if norms:
+            parts.append("normalisation with the batch's statistics, updating the running statistics "
+                         "with evaluation data")
+    else:
+        if dropout:
+            parts.append("no dropout")
+        if norms:
+            parts.append("normalisation with frozen running statistics")
+    return ", ".join(parts) or "their other mode"
+
+
 @dataclass
 class _State:
     root_training: bool
     dependent: list[str] = field(default_factory=list)  # mode-dependent module names
+    dependent_modules: list[nn.Module] = field(default_factory=list)
     eval_subtrees: list[str] = field(default_factory=list)  # trainable subtrees in eval under a training root
     train_dependent: list[str] = field(default_factory=list)  # mode-dependent modules in train mode
+    train_modules: list[nn.Module] = field(default_factory=list)
     recalibrating: bool = False  # every batch norm averages cumulatively (swa_utils.update_bn)
 
 
@@ -49,6 +76,8 @@ class ModeDetector(Detector):
         self._states: dict[int, _State] = {}
         self._trained: set[int] = set()  # roots with a grad-enabled forward since the last backward
         self._no_grad_run: dict[int, int] = defaultdict(int)
+        self._evaluated: set[int] = set()  # roots with a no-grad pass in train mode in this step
+        self._quiet: dict[int, int] = defaultdict(int)  # steps in a row without one, per root
 
     def _state(self, i: int) -> _State:
         state = self._states.get(i)
@@ -68,8 +97,10 @@ class ModeDetector(Detector):
             qual = ".".join(x for x in (prefix, name) if x) or type(root).__name__
             if mode_dependent(module):
                 state.dependent.append(qual)
+                state.dependent_modules.append(module)
                 if module.training:
                     state.train_dependent.append(qual)
+                    state.train_modules.append(module)
             if isinstance(module, _BatchNorm):
                 norms.append(module)
             parent = parents.get(id(module))
@@ -90,24 +121,50 @@ class ModeDetector(Detector):
     def on_forward_pre(self, root: int, module: nn.Module, args: tuple[Any, ...]) -> None:
         if torch.is_grad_enabled():
             self._trained.add(root)
-            self._no_grad_run[root] = 0
+            if self._no_grad_run:
+                self._no_grad_run.clear()  # training goes on: a teacher's pass before it is not evaluation
             return
         state = self._state(root)
         if not state.root_training or not state.train_dependent or state.recalibrating:
             self._no_grad_run[root] = 0
             return
         self._no_grad_run[root] += 1
+        self._evaluated.add(root)
         if self._no_grad_run[root] >= 2:
-            name = self.probe.root_names[root] or type(module).__name__
-            layers = ", ".join(state.train_dependent[:3])
-            self.report(
-                "LP402",
-                f"forward passes without gradients (evaluation) ran while {name} was in train mode: "
-                f"{layers}{' ...' if len(state.train_dependent) > 3 else ''} behave as in training (dropout "
-                f"active, batch norm normalising with the batch and updating its running statistics "
-                f"with evaluation data); call model.eval() before evaluating",
-                where=name,
-            )
+            self._report_eval(root, state, "forward passes without gradients (evaluation) ran")
+
+    def _report_eval(self, root: int, state: _State, what: str, step: int | None = None) -> None:
+        name = self.probe.root_names[root] or type(self.probe.models[root]).__name__
+        layers = ", ".join(state.train_dependent[:3])
+        self.report(
+            "LP402",
+            f"{what} while {name} was in train mode: {layers}{' ...' if len(state.train_dependent) > 3 else ''} "
+            f"behave as in training ({_behaviour(state.train_modules, True)}); call model.eval() before "
+            f"evaluating and model.train() after",
+            where=name, step=step,
+        )
+
+    def on_step(self, index: int, optimizer: Any) -> None:
+        self._no_grad_run.clear()
+        if index == 0:
+            self._end_interval(self.probe.step - 1)
+
+    def on_close(self) -> None:
+        self._end_interval(self.probe.step)
+
+    def _end_interval(self, step: int) -> None:
+        """A single no-grad pass in train mode in this step, after steps without one: evaluation."""
+        evaluated, self._evaluated = self._evaluated, set()
+        for root in range(len(self.probe.models)):
+            if root not in evaluated:
+                self._quiet[root] += 1
+                continue
+            if self._quiet[root] >= 2:
+                state = self._state(root)
+                if state.root_training and state.train_dependent and not state.recalibrating:
+                    self._report_eval(root, state, "a forward pass without gradients (evaluation) ran "
+                                                   "after steps without one", step)
+            self._quiet[root] = 0
 
     def on_backward(self, tensor: torch.Tensor) -> None:
         roots, self._trained = self._trained, set()
@@ -122,8 +179,9 @@ class ModeDetector(Detector):
                 self.report(
                     "LP401",
                     f"backward ran on a forward pass made in eval mode: {layers}"
-                    f"{' ...' if len(state.dependent) > 3 else ''} behave as at evaluation (no dropout, "
-                    f"batch norm frozen); model.train() is missing after the last evaluation",
+                    f"{' ...' if len(state.dependent) > 3 else ''} behave as at evaluation "
+                    f"({_behaviour(state.dependent_modules, False)}); model.train() is missing after the last "
+                    f"evaluation",
                     where=name,
                 )
             for sub in state.eval_subtrees:

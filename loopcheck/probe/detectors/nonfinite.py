@@ -2,15 +2,18 @@
 
 The cheap path, every step and without a host sync: the input batch and the output of each
 module that needs it are reduced to one number whose finiteness is that of the whole tensor;
-torch's dense layers and normalisations are not reduced but judged by their parameters, whose
-largest magnitudes are taken once per step in one fused call (see `loopcheck.probe.layers`); with
-`backward_hooks`, a tensor hook on each output does the same for its gradient. At the optimizer
-step these numbers join the probe's queue of device values (`Probe.readings`), next to the loss
-and the per-parameter gradient norms the probe queued already. Every `every` steps the queue is
-read in one go; only when a step's values hold a non-finite one does the detector walk them, in
-execution order, to name the module (forward), the module whose gradient became non-finite
-(backward) or the loss. GradScaler skips are normal overflow handling:
-their records are dropped, and only a persistent run of skips is reported.
+torch's dense layers and normalisations are not reduced but judged by their parameters (see
+`loopcheck.probe.layers`); with `backward_hooks`, a tensor hook on each output does the same for
+its gradient. At the optimizer step these numbers join the probe's queue of device values
+(`Probe.readings`), next to the loss and the per-parameter gradient norms the probe queued
+already, and the probe's sentinel looks at the step's values at once on the CPU (two steps later
+on CUDA). Only when something is non-finite does the detector walk them, in execution order, to
+name the module (forward), the module whose gradient became non-finite (backward) or the loss.
+The dense layers' parameters are checked then, on the CPU before the step's update, so they still
+hold the values the forward pass used; on an accelerator, where the verdict comes after updates,
+their largest magnitudes are queued every step instead (one fused call). GradScaler skips are
+normal overflow handling: their records are dropped, and only a persistent run of skips is
+reported.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import torch
 from torch import nn
 
 from loopcheck.probe import layers
+from loopcheck.probe.patching import own
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import finite_probe_value, float_tensors, max_abs
+from loopcheck.probe.stats import finite_probe_value, float_tensors, host_read, max_abs, stack_scalars
 
 _FOLD_AT = 4096  # forward records kept before they are folded into a block (long eval loops)
 
@@ -65,7 +69,8 @@ class _Block:
     forward: list[int]  # module index of each forward record, in completion order
     loss: bool
     backward: list[int]  # module index of each output-gradient record, in backward order
-    state: list[tuple[int, torch.Tensor]]  # (module index, parameter) of each parameter check
+    ran: list[int]  # module indices of the covered layers that ran, judged by their parameters
+    state: list[tuple[int, torch.Tensor]] | None  # (module index, parameter) of each queued parameter check
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
 
 
@@ -95,6 +100,11 @@ class NonFiniteDetector(Detector):
         self._groups: list[_Group] = []
         self._replan = False  # a train()/eval() call may have changed which groups are trusted whole
         self._root_index = [probe.module_index[id(m)] for m in probe.models]
+        # On the CPU the probe reads each step's values at its optimizer step (`Probe._sentinel`),
+        # before the update: the parameters of the layers that ran are still those of the forward
+        # pass, so they are checked only when localising. On an accelerator the values are read
+        # later, after updates, so each step queues its parameter check (one fused kernel).
+        self._eager_state = any(p.device.type != "cpu" for m in probe.models for p in m.parameters())
         if not self.config.localize:
             self.idle = frozenset(("on_forward_pre",))
 
@@ -110,7 +120,7 @@ class NonFiniteDetector(Detector):
             if not root and (index in grouped or layers.is_safe(module) or layers.is_pass_through(module)):
                 continue
             covered = not root and layers.is_covered(module)
-            hooks.enter_context(module.register_forward_hook(self._forward_hook(index, module, root, covered)))
+            hooks.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, root, covered))))
         if self._groups:
             hooks.callback(self._unhook_groups)
             for group in self._groups:
@@ -129,8 +139,10 @@ class NonFiniteDetector(Detector):
                     parents[id(child)] = parents.get(id(child), 0) + 1
         grouped: set[int] = set()
         for index, (_, module) in enumerate(probe.modules):
-            if id(module) in roots or index in grouped:
+            if index in grouped:
                 continue
+            # A probed model can be a dense group too (a GAN's generator and discriminator often
+            # are): its group hook runs before its own hook, which still reduces its output.
             members = layers.dense_group(module)
             if not members:
                 continue
@@ -154,12 +166,12 @@ class NonFiniteDetector(Detector):
         self._unhook(group)
         group.whole = whole
         if whole:
-            group.handles.append(group.module.register_forward_hook(self._group_hook(group)))
+            group.handles.append(group.module.register_forward_hook(own(self._group_hook(group)), prepend=True))
         else:
             modules = self.probe.modules
             for index in group.members:
                 module = modules[index][1]
-                group.handles.append(module.register_forward_hook(self._forward_hook(index, module, False, True)))
+                group.handles.append(module.register_forward_hook(own(self._forward_hook(index, module, False, True))))
 
     def _unhook(self, group: _Group) -> None:
         for handle in group.handles:
@@ -311,12 +323,12 @@ class NonFiniteDetector(Detector):
         loss = probe.loss_read.get(opt) if opt is not None else None
         if loss is not None:
             reads.append(loss)
-        state: list[tuple[int, torch.Tensor]] = []
-        if self._ran:
-            modules = probe.modules
-            state = [(i, p) for i in self._ran for p in modules[i][1]._parameters.values()
-                     if p is not None and p.numel()]
-        rest = self._bwd + max_abs([p for _, p in state]) if state else self._bwd
+        ran = list(self._ran)
+        state = None
+        rest = self._bwd
+        if self._eager_state and ran:
+            state = self._parameters_of(ran)
+            rest = rest + max_abs([p for _, p in state]) if state else rest
         if rest:
             reads.append(readings.add(rest))
         positions: list[int] = []
@@ -328,9 +340,13 @@ class NonFiniteDetector(Detector):
         block = None
         if reads:
             block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._fwd_kind,
-                           self._fwd_idx, loss is not None, self._bwd_idx, state, positions)
+                           self._fwd_idx, loss is not None, self._bwd_idx, ran, state, positions)
         self._clear()
         return block
+
+    def _parameters_of(self, ran: list[int]) -> list[tuple[int, torch.Tensor]]:
+        modules = self.probe.modules
+        return [(i, p) for i in ran for p in modules[i][1]._parameters.values() if p is not None and p.numel()]
 
     def _clear(self) -> None:
         self._last = _dead
@@ -344,6 +360,10 @@ class NonFiniteDetector(Detector):
         block = self._fold(index)
         if block is not None:
             self._blocks.append(block)
+
+    def on_closure(self, index: int, optimizer: Any, first: bool) -> None:
+        if not first:
+            self._clear()  # a line search's evaluation: its records are not the step's
 
     def on_step(self, index: int, optimizer: Any) -> None:
         if index == 0:
@@ -402,10 +422,17 @@ class NonFiniteDetector(Detector):
         fwd, rest = flags[:nf], flags[nf:]
         loss_ok = rest[0] if block.loss else True
         rest = rest[1:] if block.loss else rest
-        nb, ns = len(block.backward), len(block.state)
-        bwd, state, norms = rest[:nb], rest[nb:nb + ns], rest[nb + ns:]
+        nb = len(block.backward)
+        if block.state is not None:
+            ns = len(block.state)
+            checked, state = block.state, rest[nb:nb + ns]
+        else:
+            ns = 0
+            checked = self._parameters_of(block.ran)
+            state = _flags_now(checked)
+        bwd, norms = rest[:nb], rest[nb + ns:]
         bad_state: dict[int, list[str]] = {}
-        for (index, p), ok in zip(block.state, state):
+        for (index, p), ok in zip(checked, state):
             if not ok:
                 bad_state.setdefault(index, []).append(self.probe.param_name(p))
         suffix = f" ({note})" if note else ""
@@ -449,6 +476,9 @@ class NonFiniteDetector(Detector):
                             f"{', '.join(name for name, _ in params[:4])}")
         elif norms and not all(norms):
             code, where, message = "LP104", *self._from_parameters(block, norms)
+            if self.probe.world_size > 1:
+                message += (" (the gradients are averaged over the ranks: a NaN/Inf from another rank's "
+                            "batch arrives this way; that rank's finding names its source)")
         if code is None:
             return False
         message += suffix
@@ -574,6 +604,14 @@ def _running_stats_in_use(norms: list[nn.Module]) -> bool:
         if not m.training and layers.uses_running_stats(m):
             return True
     return False
+
+
+def _flags_now(state: list[tuple[int, torch.Tensor]]) -> list[bool]:
+    """The finiteness of each parameter, read now (a host read: only when localising)."""
+    if not state:
+        return []
+    values = host_read(stack_scalars(max_abs([p for _, p in state]))).double().tolist()
+    return [math.isfinite(x) for x in values]
 
 
 def _flags(host: list[float], block: _Block) -> list[bool]:
