@@ -86,6 +86,12 @@ class Site:
     def _functions_with(self, test: Callable[[cst.CSTNode], bool]) -> set[str]:
         return {name for name, f in self.functions.items() if test(f.body)}
 
+    def statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The statement line that holds `node`."""
+        while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Module)):
+            node = self.parents[node]
+        return node
+
     def blocks(self) -> Iterator[cst.CSTNode]:
         yield self.module
         yield from m.findall(self.module, m.IndentedBlock())
@@ -259,7 +265,7 @@ def remove_no_grad(s: Site) -> Iterator[Mutant]:
 
 
 def _optimizer_state(s: Site, node: cst.CSTNode) -> bool:
-    return bool(re.search(r"optim\w*(\.\w+)*\.state_dict\(\)", s.text(node), re.I))
+    return bool(re.search(r"\bopt\w*(\.\w+)*\.state_dict\(\)", s.text(node), re.I))
 
 
 def drop_optimizer_from_checkpoint(s: Site) -> Iterator[Mutant]:
@@ -269,14 +275,15 @@ def drop_optimizer_from_checkpoint(s: Site) -> Iterator[Mutant]:
     for d in m.findall(s.module, m.Dict()):
         for el in d.elements:
             if isinstance(el, cst.DictElement) and (_optimizer_state(s, el.value) or (
-                    re.search(r"optim", s.text(el.key), re.I) and re.search(r"optim", s.text(el.value), re.I))):
+                    re.search(r"optim", s.text(el.key), re.I) and re.search(r"opt|state_dict", s.text(el.value), re.I))):
                 yield Mutant("drop_optimizer_from_checkpoint", "LC501", s.line(el),
                              s.replace(d, d.with_changes(elements=_without(d.elements, el))),
                              f"checkpoint entry `{s.text(el.key)}` removed")
     for block in s.blocks():
         for stmt in block.body:
             call = s.call_statement(stmt, "save")
-            if call is not None and call.args and _optimizer_state(s, call.args[0].value):
+            state = call.args[0].value if call is not None and call.args else None
+            if m.matches(state, m.Call(func=m.Attribute(attr=m.Name("state_dict")))) and _optimizer_state(s, state):
                 yield Mutant("drop_optimizer_from_checkpoint", "LC501", s.line(stmt),
                              s.delete(block, stmt), "separate save of the optimizer state deleted")
 
@@ -346,7 +353,7 @@ def drop_plateau_metric(s: Site) -> Iterator[Mutant]:
 def drop_accumulation_division(s: Site) -> Iterator[Mutant]:
     """Remove the division of the loss by the number of accumulation steps."""
     for op in m.findall(s.module, m.BinaryOperation(operator=m.Divide())):
-        if ACCUMULATION.search(s.text(op.right)) and "loss" in s.text(op.left).lower():
+        if ACCUMULATION.search(s.text(op.right)) and "loss" in s.text(s.statement(op)).lower():
             yield Mutant("drop_accumulation_division", "LC105", s.line(op),
                          s.replace(op, op.left), f"`{s.text(op)}` no longer divided")
     for block in s.blocks():
