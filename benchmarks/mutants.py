@@ -11,6 +11,7 @@ moved lines still match). Mutants that do no harm in their script are listed wit
 
     python benchmarks/mutants.py [--mirrors DIR] [--out DIR] [--operator NAME ...]
                                  [--script TEXT ...] [--json FILE] [--quiet]
+    python benchmarks/mutants.py --from-json FILE   # report a saved run again
 """
 
 from __future__ import annotations
@@ -202,7 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--script", action="append", help="only scripts whose id contains this")
     ap.add_argument("--json", type=Path, help="write every mutant's outcome here")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
+    ap.add_argument("--from-json", type=Path,
+                    help="report a run saved with --json again, with the current equivalent list")
     args = ap.parse_args(argv)
+    if args.from_json:
+        equivalent = load_equivalent(args.equivalent)
+        outcomes = [Outcome(**o) for o in json.loads(args.from_json.read_text())]
+        for o in outcomes:
+            o.equivalent = equivalent.get((o.script, o.operator, o.line))
+        report(outcomes)
+        return 0
     if not args.scripts.is_file():
         print(f"error: {args.scripts} not found", file=sys.stderr)
         return 2
