@@ -104,6 +104,15 @@ class Site:
             return stmt.body[0].value
         return None
 
+    def call_sites(self, name: str) -> Iterator[tuple[cst.CSTNode, list, int, cst.CSTNode, cst.Call]]:
+        """(block, its statements, index, statement, call) of every one-line `x.name(...)`."""
+        for block in self.blocks():
+            body = list(block.body)
+            for i, stmt in enumerate(body):
+                call = self.call_statement(stmt, name)
+                if call is not None:
+                    yield block, body, i, stmt, call
+
     # ---- edits -------------------------------------------------------------------------
 
     def with_body(self, block: cst.CSTNode, body: Sequence[cst.CSTNode]) -> str:
@@ -137,50 +146,40 @@ def _without(items: Sequence, target) -> list:
 
 def zero_grad_after_backward(s: Site) -> Iterator[Mutant]:
     """Move a gradient reset between the backward pass and the optimizer step."""
-    for block in s.blocks():
-        body = list(block.body)
-        for i, stmt in enumerate(body):
-            if s.call_statement(stmt, "zero_grad") is None:
-                continue
-            backward = [j for j, b in enumerate(body) if j != i and s.has_call(b, "backward")]
-            steps = [k for k, b in enumerate(body) if k != i and s.steps_optimizer(b)]
-            # its own pass: the first backward after it with a step later, or (a reset at the
-            # end of the iteration) the last backward before the step that precedes it
-            after = [j for j in backward if j > i and any(k > j for k in steps)]
-            before = [j for j in backward if j < i and any(j < k < i for k in steps)]
-            if not after and not before:
-                continue
-            j = after[0] if after else before[-1]
-            yield Mutant("zero_grad_after_backward", "LC102", s.line(stmt),
-                         s.move(block, stmt, after=body[j]),
-                         f"zero_grad moved after the backward pass of line {s.line(body[j])}")
+    for block, body, i, stmt, _ in s.call_sites("zero_grad"):
+        backward = [j for j, b in enumerate(body) if j != i and s.has_call(b, "backward")]
+        steps = [k for k, b in enumerate(body) if k != i and s.steps_optimizer(b)]
+        # its own pass: the first backward after it with a step later, or (a reset at the
+        # end of the iteration) the last backward before the step that precedes it
+        after = [j for j in backward if j > i and any(k > j for k in steps)]
+        before = [j for j in backward if j < i and any(j < k < i for k in steps)]
+        if not after and not before:
+            continue
+        j = after[0] if after else before[-1]
+        yield Mutant("zero_grad_after_backward", "LC102", s.line(stmt),
+                     s.move(block, stmt, after=body[j]),
+                     f"zero_grad moved after the backward pass of line {s.line(body[j])}")
 
 
 def scheduler_before_optimizer(s: Site) -> Iterator[Mutant]:
     """Move a scheduler step above the statement that steps the optimizer."""
-    for block in s.blocks():
-        body = list(block.body)
-        for i, stmt in enumerate(body):
-            call = s.call_statement(stmt, "step")
-            if call is None or not s.is_scheduler_step(call) or call.args:
-                continue
-            earlier = [j for j in range(i) if s.steps_optimizer(body[j])]
-            if earlier:
-                target = body[earlier[-1]]
-                yield Mutant("scheduler_before_optimizer", "LC201", s.line(stmt),
-                             s.move(block, stmt, after=None, before=target),
-                             f"scheduler step moved above line {s.line(target)}")
+    for block, body, i, stmt, call in s.call_sites("step"):
+        if not s.is_scheduler_step(call) or call.args:
+            continue
+        earlier = [j for j in range(i) if s.steps_optimizer(body[j])]
+        if earlier:
+            target = body[earlier[-1]]
+            yield Mutant("scheduler_before_optimizer", "LC201", s.line(stmt),
+                         s.move(block, stmt, after=None, before=target),
+                         f"scheduler step moved above line {s.line(target)}")
 
 
 def _delete_calls(s: Site, name: str, operator: str, code: str,
                   keep: Callable[[cst.Call, cst.CSTNode, int], bool] = lambda c, b, i: True
                   ) -> Iterator[Mutant]:
-    for block in s.blocks():
-        for i, stmt in enumerate(block.body):
-            call = s.call_statement(stmt, name)
-            if call is not None and keep(call, block, i):
-                yield Mutant(operator, code, s.line(stmt), s.delete(block, stmt),
-                             f"`{s.text(call)}` deleted")
+    for block, _, i, stmt, call in s.call_sites(name):
+        if keep(call, block, i):
+            yield Mutant(operator, code, s.line(stmt), s.delete(block, stmt), f"`{s.text(call)}` deleted")
 
 
 def delete_eval(s: Site) -> Iterator[Mutant]:
@@ -215,17 +214,13 @@ def delete_unscale(s: Site) -> Iterator[Mutant]:
 
 def unscale_after_clip(s: Site) -> Iterator[Mutant]:
     """Move `scaler.unscale_(...)` below the gradient clipping that follows it."""
-    for block in s.blocks():
-        body = list(block.body)
-        for i, stmt in enumerate(body):
-            if s.call_statement(stmt, "unscale_") is None:
-                continue
-            clips = [b for b in body[i + 1:] if any(
-                m.findall(b, m.Call(func=m.Attribute(attr=m.Name(n)) | m.Name(n))) for n in CLIP_CALLS)]
-            if clips:
-                yield Mutant("unscale_after_clip", "LC401", s.line(stmt),
-                             s.move(block, stmt, after=clips[0]),
-                             f"unscale_ moved after the clipping of line {s.line(clips[0])}")
+    for block, body, i, stmt, _ in s.call_sites("unscale_"):
+        clips = [b for b in body[i + 1:] if any(
+            m.findall(b, m.Call(func=m.Attribute(attr=m.Name(n)) | m.Name(n))) for n in CLIP_CALLS)]
+        if clips:
+            yield Mutant("unscale_after_clip", "LC401", s.line(stmt),
+                         s.move(block, stmt, after=clips[0]),
+                         f"unscale_ moved after the clipping of line {s.line(clips[0])}")
 
 
 def delete_set_epoch(s: Site) -> Iterator[Mutant]:
@@ -312,29 +307,27 @@ def _enclosing_loop(s: Site, node: cst.CSTNode) -> cst.CSTNode | None:
 
 def per_step_scheduler_to_epoch(s: Site) -> Iterator[Mutant]:
     """Move a scheduler step from the batch loop to after it, in the epoch loop."""
-    for block in s.blocks():
-        for stmt in block.body:
-            call = s.call_statement(stmt, "step")
-            if call is None or not s.is_scheduler_step(call) or call.args:
-                continue
-            batch_loop = _enclosing_loop(s, stmt)
-            if batch_loop is None or not (s.has_call(batch_loop, "backward") or s.steps_optimizer(batch_loop)):
-                continue
-            epoch_loop = _enclosing_loop(s, batch_loop)
-            holder = s.parents.get(batch_loop)
-            if epoch_loop is None or holder is not epoch_loop.body:
-                continue
-            rest = [x for x in holder.body]
-            at = rest.index(batch_loop) + 1
-            new_holder = holder.with_changes(body=tuple(rest[:at] + [stmt] + rest[at:]))
-            # one edit of the epoch loop's block: insert after the batch loop, remove inside it
-            inner = s.parents[stmt]
-            kept = [x for x in inner.body if x is not stmt] or [cst.SimpleStatementLine([cst.Pass()])]
-            new_inner = inner.with_changes(body=tuple(kept))
-            new_holder = new_holder.deep_replace(inner, new_inner)
-            yield Mutant("per_step_scheduler_to_epoch", "LC202", s.line(stmt),
-                         s.replace(holder, new_holder),
-                         f"scheduler step moved after the batch loop of line {s.line(batch_loop)}")
+    for _, _, _, stmt, call in s.call_sites("step"):
+        if not s.is_scheduler_step(call) or call.args:
+            continue
+        batch_loop = _enclosing_loop(s, stmt)
+        if batch_loop is None or not (s.has_call(batch_loop, "backward") or s.steps_optimizer(batch_loop)):
+            continue
+        epoch_loop = _enclosing_loop(s, batch_loop)
+        holder = s.parents.get(batch_loop)
+        if epoch_loop is None or holder is not epoch_loop.body:
+            continue
+        rest = list(holder.body)
+        at = rest.index(batch_loop) + 1
+        new_holder = holder.with_changes(body=tuple(rest[:at] + [stmt] + rest[at:]))
+        # one edit of the epoch loop's block: insert after the batch loop, remove inside it
+        inner = s.parents[stmt]
+        kept = [x for x in inner.body if x is not stmt] or [cst.SimpleStatementLine([cst.Pass()])]
+        new_inner = inner.with_changes(body=tuple(kept))
+        new_holder = new_holder.deep_replace(inner, new_inner)
+        yield Mutant("per_step_scheduler_to_epoch", "LC202", s.line(stmt),
+                     s.replace(holder, new_holder),
+                     f"scheduler step moved after the batch loop of line {s.line(batch_loop)}")
 
 
 def drop_plateau_metric(s: Site) -> Iterator[Mutant]:
