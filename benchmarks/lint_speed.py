@@ -15,8 +15,16 @@ never a dependency of loopcheck. `--no-cli` skips those two comparisons.
 `--single-lines N` measures one large file instead: the single-file fixtures concatenated until
 the file has at least N lines (one process; the fixes of its many findings are part of the cost).
 
+`--tree DIR` measures any directory as it is (a package of the standard library, torch's sources,
+a real project): the cold command line `loopcheck lint --no-cache --isolated` against a bare
+libcst parse of the same files with the same number of worker processes, interleaved, with the
+peak memory of the lint process; `--per-file` adds each file's check against its own parse
+(one process, the run's shared project), and `--edit-one` the re-lint after one file changes
+on a warm cache against the parse of that file alone.
+
     python benchmarks/lint_speed.py [--files 500] [--jobs N] [--repeat 5] [--select LC1]
     python benchmarks/lint_speed.py --single-lines 20000 [--repeat 3]
+    python benchmarks/lint_speed.py --tree /usr/lib/python3.11/email [--per-file] [--edit-one]
 """
 
 from __future__ import annotations
@@ -150,6 +158,91 @@ def against_torchfix(root: Path, jobs: int, repeat: int) -> None:
     print(f"ratio loopcheck / torchfix: {o / t:.2f}x  (below 1: loopcheck is faster; TorchFix runs other, syntax-level rules, so this is for scale)")
 
 
+def cli_run(command: list[str]) -> tuple[float, int]:
+    """Seconds and peak resident memory (KiB, the largest process of the run) of one command."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    subprocess.run(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    elapsed = time.perf_counter() - start
+    return elapsed, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+
+
+def copy_trees(trees: list[Path], scratch: Path) -> Path:
+    """The trees' Python files copied side by side into one scratch project (a pyproject.toml at
+    its root: the project, and the cache, are the measured files alone, never what surrounds
+    them), so measuring never writes into the original trees."""
+    root = scratch / "project"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'speed-tree'\n")
+    for tree in trees:
+        shutil.copytree(tree, root / tree.resolve().name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+    return root
+
+
+def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: bool) -> None:
+    files, _ = discover([root])
+    lines = sum(f.read_bytes().count(b"\n") for f in files)
+    parse_times: list[float] = []
+    lint_times: list[float] = []
+    peak = 0
+    for _ in range(repeat):
+        parse_times.append(parse_all(files, jobs))
+        elapsed, peak = cli_run(loopcheck_cli(root, jobs, cache=False))
+        lint_times.append(elapsed)
+    p, lint = statistics.median(parse_times), statistics.median(lint_times)
+    print(f"trees: {len(list(root.iterdir())) - 1}  files: {len(files)}  lines: {lines}  workers: {jobs}  repeats: {repeat}")
+    print(f"bare libcst parse: median {p:.2f}s  ({', '.join(f'{t:.2f}' for t in parse_times)})")
+    print(f"loopcheck lint --no-cache: median {lint:.2f}s  ({', '.join(f'{t:.2f}' for t in lint_times)})")
+    print(f"ratio: {lint / p:.2f}x  (target <= 2.0x)   peak memory of one lint process: {peak / 1024:.0f} MiB")
+    if per_file:
+        worst_file(files)
+    if edit_one:
+        relint_one(root, files, jobs)
+
+
+def worst_file(files: list[Path]) -> None:
+    """Each file checked with the run's shared project against its own bare parse."""
+    from loopcheck.lint.engine import check_file
+
+    rows = []
+    for f in files:
+        start = time.perf_counter()
+        _parse(str(f))
+        parsed = time.perf_counter() - start
+        start = time.perf_counter()
+        check_file(f)
+        rows.append(((time.perf_counter() - start) / parsed, parsed, f))
+    considered = [r for r in rows if r[1] >= 0.02] or rows  # tiny files: timer noise
+    ratio, parsed, f = max(considered)
+    print(f"slowest file against its own parse: {ratio:.2f}x  ({f}, parse {parsed * 1000:.0f} ms)  (target <= 3x)")
+
+
+def relint_one(root: Path, files: list[Path], jobs: int) -> None:
+    """Warm cache, then one file changes: the re-lint against the parse of that file alone (the
+    command's start-up, measured on an empty folder, shown apart)."""
+    (root / "pyproject.toml").exists() or print("note: no pyproject.toml at the tree's root; the cache lives at the nearest project root")
+    cli_run(loopcheck_cli(root, jobs, cache=True))
+    warm, _ = cli_run(loopcheck_cli(root, jobs, cache=True))
+    target = max(files, key=lambda f: f.stat().st_size if f.name != "__init__.py" else 0)
+    original = target.read_bytes()
+    with tempfile.TemporaryDirectory() as empty:
+        (Path(empty) / "x.py").write_text("x = 1\n")
+        startup, _ = cli_run([sys.executable, "-m", "loopcheck", "lint", "--no-cache", "--isolated", empty])
+    try:
+        target.write_bytes(original + b"\n# edited\n")
+        relint, _ = cli_run(loopcheck_cli(root, jobs, cache=True))
+    finally:
+        target.write_bytes(original)
+    start = time.perf_counter()
+    _parse(str(target))
+    parse = time.perf_counter() - start
+    print(f"cold {statistics.median([cli_run(loopcheck_cli(root, jobs, cache=False))[0]]):.2f}s  warm (unchanged) {warm:.2f}s")
+    print(f"one file changed ({target.name}, parse {parse * 1000:.0f} ms): re-lint {relint:.2f}s, "
+          f"of which command start-up {startup:.2f}s; beyond start-up {(relint - startup) / parse:.1f}x its parse  (target <= 2x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=500)
@@ -158,7 +251,18 @@ def main() -> None:
     parser.add_argument("--select", default=None, help="only these codes or prefixes (default: every rule)")
     parser.add_argument("--no-cli", action="store_true", help="skip the warm-cache and TorchFix comparisons")
     parser.add_argument("--single-lines", type=int, default=0, help="measure one file of at least this many lines")
+    parser.add_argument("--tree", type=Path, nargs="+", help="measure these directories as they are")
+    parser.add_argument("--per-file", action="store_true", help="with --tree: each file against its own parse")
+    parser.add_argument("--edit-one", action="store_true", help="with --tree: re-lint after one file changes, warm cache")
     args = parser.parse_args()
+    if args.tree:
+        for tree in args.tree:
+            if not tree.is_dir():
+                raise SystemExit(f"--tree {tree}: not a directory")
+        with tempfile.TemporaryDirectory(prefix="loopcheck-tree-") as tmp:
+            root = copy_trees(args.tree, Path(tmp))
+            measure_tree(root, args.jobs, args.repeat, args.per_file, args.edit_one)
+        return
     with tempfile.TemporaryDirectory(prefix="loopcheck-speed-") as tmp:
         root = Path(tmp)
         if args.single_lines:

@@ -1,4 +1,4 @@
-"""The `loopcheck` command line: lint, rules, explain, init, report.
+"""The `loopcheck` command line: lint, rules, explain, init, report, server.
 
 Each command is a thin shell: it parses options and hands over to the module that does the
 work, so that importing the CLI never imports torch (only `init`'s template writer and `report`
@@ -127,6 +127,22 @@ def report(
     from loopcheck.probe.report import render_report
 
     raise typer.Exit(render_report(log, png=png))
+
+
+@app.command()
+def server() -> None:
+    """Run the language server on stdin/stdout, for editors (needs the `server` extra)."""
+    from loopcheck.server import missing_dependency
+
+    problem = missing_dependency()
+    if problem is not None:
+        from rich.markup import escape
+
+        err.print(f"[red]error:[/] {escape(problem)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    from loopcheck.server.app import serve
+
+    serve()
 
 
 def main() -> None:

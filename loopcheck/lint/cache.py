@@ -16,7 +16,6 @@ a read-only tree just runs without a cache.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -32,15 +31,14 @@ from loopcheck.lint.output.report import FileError
 
 DIRNAME = ".loopcheck_cache"
 SCHEMA = 1
-_MAX_DEPS = 200  # a file importing more local modules than this is cached without following them all
+_MAX_DEPS = 20_000  # as many as a project walk finds (project._MAX_FILES)
 
 
 def project_root(start: Path | None = None) -> Path:
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file() or (folder / ".git").exists():
-            return folder
-    return here
+    """Where `.loopcheck_cache/` lives: the project root above the working directory."""
+    from loopcheck.lint.project import project_root as root_of
+
+    return root_of(start)
 
 
 def digest(data: bytes) -> str:
@@ -89,35 +87,11 @@ def _finding_from_json(d: dict[str, Any]) -> Finding:
     )
 
 
-def local_imports(path: Path, source: bytes) -> list[Path]:
-    """The project's own modules that `path` imports, as the project index resolves them."""
-    from loopcheck.lint.project import ProjectIndex
+def local_imports(path: Path, source: bytes | None = None) -> list[Path]:
+    """The project's own modules that `path` imports, as the project resolves them."""
+    from loopcheck.lint.engine import project_for
 
-    try:
-        tree = ast.parse(source, filename=str(path))
-    except (SyntaxError, ValueError, RecursionError):
-        return []
-    index = ProjectIndex()
-    found: dict[Path, None] = {}
-    for node in ast.walk(tree):
-        targets: list[tuple[str, int]] = []
-        if isinstance(node, ast.Import):
-            targets = [(alias.name, 0) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            targets = [(base, node.level)]
-            # `from . import engine` / `from pkg import engine`: the names may be modules too
-            targets += [(f"{base}.{alias.name}" if base else alias.name, node.level) for alias in node.names if alias.name != "*"]
-        for module, level in targets:
-            try:
-                resolved = index.resolve(str(path), module, level)
-            except (OSError, ValueError):
-                resolved = None
-            if resolved is not None:
-                resolved = resolved.resolve()
-                if resolved != path.resolve():
-                    found[resolved] = None
-    return list(found)
+    return project_for(path).imports_of(path, source)
 
 
 class Cache:
@@ -188,21 +162,19 @@ class Cache:
             self._writable = False
 
     def _dependencies(self, path: Path, data: bytes) -> dict[str, str | None]:
-        """Hashes of the local modules reached from path through imports (transitively)."""
-        seen: dict[Path, None] = {path.resolve(): None}
-        queue = local_imports(path, data)
-        deps: dict[str, str | None] = {}
-        while queue and len(deps) < _MAX_DEPS:
-            dep = queue.pop(0)
-            if dep in seen:
-                continue
-            seen[dep] = None
-            deps[str(dep)] = self.file_hash(dep)
-            try:
-                queue.extend(local_imports(dep, dep.read_bytes()))
-            except OSError:
-                continue
-        return deps
+        """Hashes of the project files the result of `path` depends on: the local modules it
+        reaches through imports, and the files importing it (their models report into it),
+        with what those reach in turn."""
+        from loopcheck.lint.engine import project_for
+
+        project = project_for(path)
+        here = str(path.resolve())
+        files: dict[str, None] = dict.fromkeys(project.reach(path))
+        for dependent in project.dependents(path):
+            files[dependent] = None
+            files.update(dict.fromkeys(project.reach(Path(dependent))))
+        files.pop(here, None)
+        return {dep: self.file_hash(Path(dep)) for dep in list(files)[:_MAX_DEPS]}
 
     def _prepare(self, folder: Path) -> None:
         if folder.is_dir():

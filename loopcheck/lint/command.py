@@ -194,11 +194,6 @@ class _Run:
             return EXIT_ERROR
         return EXIT_FINDINGS if failing else EXIT_OK
 
-    @staticmethod
-    def enabled_for(config: Config, path: Path) -> EnabledCodes:
-        """The codes checked in one file (its per-file-ignores applied)."""
-        return EnabledCodes(c for c in config.enabled_codes if config.is_enabled(c, path))
-
     def check(self, files: list[Path], configs: dict[Path, Config]) -> dict[Path, FileOutcome]:
         from loopcheck.lint import cache as cache_mod
 
@@ -233,35 +228,7 @@ class _Run:
         return f"{config.fingerprint()}:{int(self.opts.warn_unused_suppressions)}"
 
     def postprocess(self, f: Path, config: Config, result: Any, data: bytes) -> FileOutcome:
-        """Apply the file's configuration to the engine's result; add LC001 findings."""
-        findings: list[Finding] = []
-        for finding in result.findings:
-            where = Path(finding.path) if finding.path else f
-            if not config.is_enabled(finding.code, where):
-                continue
-            severity = config.severity_of(finding.code, finding.severity)
-            path = str(where.resolve())
-            findings.append(finding.with_(severity=severity, path=path))
-        errors = [_file_error(e) for e in result.errors]
-        if self.reports_unused(config, f) and not result.errors:
-            meta = page(UNUSED_CODE)
-            enabled = [c for c in config.enabled_codes if config.is_enabled(c, f)]
-            findings.extend(
-                unused(
-                    data.decode("utf-8", errors="replace").splitlines(),
-                    result.suppressions_used or [],
-                    str(f.resolve()),
-                    active=lambda sel: any(code.startswith(sel) for code in enabled),
-                    known=lint_codes(),
-                    name=meta.name,
-                    severity=config.severity_of(UNUSED_CODE, meta.severity),
-                )
-            )
-        return FileOutcome(findings, errors)
-
-    def reports_unused(self, config: Config, f: Path) -> bool:
-        wanted = self.opts.warn_unused_suppressions or UNUSED_CODE in config.enabled_codes
-        return wanted and not config.is_ignored(UNUSED_CODE, f)
+        return apply_config(f, config, result, data, warn_unused=self.opts.warn_unused_suppressions)
 
     # -- fixes ---------------------------------------------------------------------------------
 
@@ -282,7 +249,7 @@ class _Run:
             except (OSError, UnicodeDecodeError):
                 continue
             config = configs[f]
-            result = fix_source(source, str(f), unsafe=self.opts.unsafe_fixes, enabled=self.enabled_for(config, f))
+            result = fix_source(source, str(f), unsafe=self.opts.unsafe_fixes, enabled=enabled_for(config, f))
             if not result.fixed or result.source == source:
                 continue
             fixed += len(result.fixed)
@@ -296,7 +263,7 @@ class _Run:
             with f.open("w", encoding="utf-8", newline="") as fh:
                 fh.write(result.source)
             # check the fixed file again, as a whole (suppressions, local imports and all)
-            again = check_file(str(f), enabled=self.enabled_for(config, f))
+            again = check_file(str(f), enabled=enabled_for(config, f))
             outcomes[f] = self.postprocess(f, config, again, result.source.encode("utf-8"))
         return fixed, diffs
 
@@ -371,28 +338,54 @@ class _Borrowed:
         return False
 
 
+def enabled_for(config: Config, path: Path) -> EnabledCodes:
+    """The codes checked in one file (its per-file-ignores applied)."""
+    return EnabledCodes(c for c in config.enabled_codes if config.is_enabled(c, path))
+
+
+def apply_config(f: Path, config: Config, result: Any, data: bytes, *, warn_unused: bool = False) -> FileOutcome:
+    """Apply a file's configuration to the engine's result for it: drop disabled codes
+    (per-file-ignores included), re-grade severities, add LC001 findings when wanted."""
+    findings: list[Finding] = []
+    for finding in result.findings:
+        where = Path(finding.path) if finding.path else f
+        if not config.is_enabled(finding.code, where):
+            continue
+        severity = config.severity_of(finding.code, finding.severity)
+        path = str(where.resolve())
+        findings.append(finding.with_(severity=severity, path=path))
+    errors = [_file_error(e) for e in result.errors]
+    if reports_unused(config, f, warn_unused) and not result.errors:
+        meta = page(UNUSED_CODE)
+        enabled = [c for c in config.enabled_codes if config.is_enabled(c, f)]
+        findings.extend(
+            unused(
+                data.decode("utf-8", errors="replace").splitlines(),
+                result.suppressions_used or [],
+                str(f.resolve()),
+                active=lambda sel: any(code.startswith(sel) for code in enabled),
+                known=lint_codes(),
+                name=meta.name,
+                severity=config.severity_of(UNUSED_CODE, meta.severity),
+            )
+        )
+    return FileOutcome(findings, errors)
+
+
+def reports_unused(config: Config, f: Path, warn_unused: bool = False) -> bool:
+    """Whether LC001 (unused suppressions) is reported in f: asked for, or selected by name."""
+    wanted = warn_unused or UNUSED_CODE in config.enabled_codes
+    return wanted and not config.is_ignored(UNUSED_CODE, f)
+
+
 def _file_error(e: Any) -> FileError:
     if isinstance(e, FileError):
         return e
     return FileError(str(getattr(e, "path", "")), getattr(e, "line", None), str(getattr(e, "message", e)), getattr(e, "code", None))
 
 
-def _check_one(args: tuple[str, EnabledCodes]) -> Any:
-    from loopcheck.lint.engine import check_file
-
-    path, enabled = args
-    return check_file(path, enabled=enabled)
-
-
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None) -> Iterable[tuple[Path, Any]]:
     """Engine results of each file, in parallel processes when there are enough files."""
-    workers = min(jobs or os.cpu_count() or 1, len(files))
-    if workers <= 1 or len(files) < 4:
-        for f in files:
-            yield f, _check_one((str(f), enabled))
-        return
-    from concurrent.futures import ProcessPoolExecutor
+    from loopcheck.lint.engine import check_files
 
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for f, result in zip(files, pool.map(_check_one, [(str(f), enabled) for f in files], chunksize=4)):
-            yield f, result
+    return zip(files, check_files(files, enabled=enabled, jobs=jobs))

@@ -1,10 +1,19 @@
-"""The lint engine: files -> libcst modules -> rules -> suppressions -> findings.
+"""The lint engine: files -> the run's project -> loop models -> rules -> suppressions -> findings.
 
-Per file: read the bytes, decode them (PEP 263 coding cookies honoured), skip files that cannot
-hold a training loop, parse once with libcst, run each enabled rule over one shared
-`FileContext` (the loop model is built once, on first use), drop duplicates, apply suppression
-comments, sort. Nothing a file contains makes the engine raise: unreadable, undecodable and
-unparsable files, and rules that fail, become `LintError` entries while the rest still runs.
+A run (`check_files`) shares one `Project` per project root and process: every module is parsed
+at most once, and what is derived from it (walk, positions, value index, the findings of its
+model) is kept for the run. Per file: read the bytes, decode them (PEP 263 coding cookies
+honoured), skip files that cannot hold a training loop, parse, run each enabled rule over one
+shared `FileContext` (the loop model is built once, on first use), drop duplicates.
+
+A finding is reported in the file where the defect is. The files that import a linted file
+(found backwards through the project's imports) are analysed too, and the findings their models
+make in it are added: the training step lives here while the scheduler and the epoch loop are
+set up in the caller, so a file gets the same findings linted alone or with its whole project.
+Then suppression comments apply and the findings are sorted.
+
+Nothing a file contains makes the engine raise: unreadable, undecodable and unparsable files,
+and rules that fail, become `LintError` entries while the rest still runs.
 """
 
 from __future__ import annotations
@@ -197,8 +206,14 @@ def check_source(
     *,
     enabled: Callable[[str], bool] = _everything,
     project: Any = None,
+    on_disk: bool = False,
 ) -> FileResult:
-    """Lint one file's contents; `path` is used for reporting and to resolve local imports."""
+    """Lint one file's contents; `path` is used for reporting and to resolve local imports.
+
+    `on_disk`: the contents are the file as the project reads it (on disk, or an editor buffer
+    the project overlays; `check_file`). Only then does the run's project keep its parse and
+    findings, and do the files importing it add the findings their models make in it; an edited
+    text in memory (a fix attempt) stands alone."""
     result = FileResult(path)
     if isinstance(source, bytes):
         data = source
@@ -223,42 +238,81 @@ def check_source(
     if old_limit < _RECURSION_FLOOR:
         sys.setrecursionlimit(_RECURSION_FLOOR)
     try:
-        return _check_parsed(text, path, enabled, project, result)
+        return _check_parsed(text, path, enabled, project if on_disk or project is None else _Transient(project), result)
     finally:
         sys.setrecursionlimit(old_limit)
 
 
+class _Transient:
+    """A project seen through a text that is not the file on disk: it resolves and loads the
+    other modules, but neither keeps this text's parse or findings nor adds dependents'."""
+
+    def __init__(self, project: Any) -> None:
+        self._project = project
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("remember", "keep_findings", "dependents", "parsed_as", "parses"):
+            raise AttributeError(name)
+        return getattr(self._project, name)
+
+
 def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project: Any, result: FileResult) -> FileResult:
+    kept = project.findings_of(path, _codes_key(enabled)) if hasattr(project, "keep_findings") else None
+    if kept is not None:  # analysed earlier in this run, for a module it imports
+        findings, lines = kept[0], text.splitlines()
+        result.errors.extend(kept[1])
+    else:
+        analysed = _analyse(text, path, enabled, project, result.errors)
+        if analysed is None:
+            return result
+        findings, lines = analysed
+    if _real(path) and project is not None and hasattr(project, "dependents"):
+        findings = _scoped(findings, path) + _from_dependents(path, enabled, project)
+    if findings:
+        result.findings, result.suppressions_used = _suppress(_dedupe(findings), path, lines, project)
+    result.findings.sort(key=_order)
+    return result
+
+
+def _analyse(
+    text: str, path: str, enabled: Callable[[str], bool], project: Any, errors: list[LintError]
+) -> tuple[list[Finding], list[str]] | None:
+    """Every finding the rules make from this file's model (unsuppressed; some may point into
+    project files the model followed), and the file's lines; None when it cannot be analysed
+    (the reason appended to `errors`)."""
     import libcst as cst
 
-    from loopcheck.lint.rules.base import FileContext, all_rules, required_pattern
     from loopcheck.lint.positions import register_source
+    from loopcheck.lint.context import FileContext
+    from loopcheck.lint.rules.base import all_rules, required_pattern
 
+    module = project.parsed_as(path, text) if hasattr(project, "parsed_as") else None
     try:
-        module = cst.parse_module(text)
+        if module is None:
+            module = cst.parse_module(text)
+            if hasattr(project, "parses"):
+                project.parses[os.path.abspath(path)] += 1
     except cst.ParserSyntaxError as exc:
-        result.errors.append(_syntax_error(exc, text, path))
-        return result
+        errors.append(_syntax_error(exc, text, path))
+        return None
     except RecursionError:
-        result.errors.append(LintError(path, None, "too deeply nested to parse"))
-        return result
+        errors.append(LintError(path, None, "too deeply nested to parse"))
+        return None
     except Exception as exc:  # noqa: BLE001 - the parser's own failures must not stop the run
-        result.errors.append(LintError(path, None, f"cannot parse: {type(exc).__name__}: {_one_line(exc)}"))
-        return result
+        errors.append(LintError(path, None, f"cannot parse: {type(exc).__name__}: {_one_line(exc)}"))
+        return None
     register_source(module, text)
-    if project is not None and not path.startswith("<"):
-        from loopcheck.lint.project import remember
-
-        remember(path, text, module)
+    if _real(path) and hasattr(project, "remember"):
+        project.remember(path, text, module)
     ctx = FileContext(path, text, module, project)
     try:
         ctx.model  # noqa: B018 - built once here, so a failure is reported once
     except RecursionError:
-        result.errors.append(LintError(path, None, "too deeply nested to analyse"))
-        return result
+        errors.append(LintError(path, None, "too deeply nested to analyse"))
+        return None
     except Exception as exc:  # noqa: BLE001
-        result.errors.append(LintError(path, None, f"internal error while analysing: {type(exc).__name__}: {_one_line(exc)}"))
-        return result
+        errors.append(LintError(path, None, f"internal error while analysing: {type(exc).__name__}: {_one_line(exc)}"))
+        return None
     findings: list[Finding] = []
     for rule_cls in all_rules():
         if not enabled(rule_cls.code):
@@ -269,18 +323,65 @@ def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project:
                 continue  # the rule cannot find anything in this file
             findings.extend(rule_cls().check(ctx))
         except RecursionError:
-            result.errors.append(LintError(path, None, f"rule {rule_cls.code} failed: too deeply nested", code=rule_cls.code))
+            errors.append(LintError(path, None, f"rule {rule_cls.code} failed: too deeply nested", code=rule_cls.code))
         except Exception as exc:  # noqa: BLE001 - one failing rule must not hide the others
-            result.errors.append(LintError(
+            errors.append(LintError(
                 path, None, f"rule {rule_cls.code} failed: {type(exc).__name__}: {_one_line(exc)}", code=rule_cls.code))
     findings = _dedupe(findings)
     from loopcheck.lint.fixes import attach_fixes
 
     findings = attach_fixes(findings, ctx)  # the `fix` field of findings whose code has a fixer
-    if findings:
-        result.findings, result.suppressions_used = _suppress(findings, path, ctx.lines, project)
-    result.findings.sort(key=_order)
-    return result
+    if _real(path) and hasattr(project, "keep_findings"):
+        project.keep_findings(path, _codes_key(enabled), (findings, [e for e in errors if e.path == path]))
+    return findings, ctx.lines
+
+
+def _real(path: str) -> bool:
+    return bool(path) and not path.startswith("<")
+
+
+def _scoped(findings: Iterable[Finding], path: str) -> list[Finding]:
+    """The findings located in `path` (a finding without a path is in the analysed file)."""
+    here = os.path.abspath(path)
+    return [f for f in findings if not f.path or f.path == path or os.path.abspath(f.path) == here]
+
+
+def _from_dependents(path: str, enabled: Callable[[str], bool], project: Any) -> list[Finding]:
+    """Findings located in `path` that the models of the project files importing it make: the
+    training step lives here, the scheduler and the epoch loop in the caller's file. Each such
+    file is analysed once per run and process (`Project.findings_of`)."""
+    key = _codes_key(enabled)
+    found: list[Finding] = []
+    for dependent in project.dependents(Path(path)):
+        kept = project.findings_of(dependent, key)
+        findings = kept[0] if kept is not None else _analyse_file(dependent, enabled, project)
+        found.extend(f.with_(path=path) for f in _scoped(findings, path))
+    return found
+
+
+def _analyse_file(path: str, enabled: Callable[[str], bool], project: Any) -> list[Finding]:
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return []
+    text, error = _decode(data, path)
+    if text is None or not _may_matter(data, path, project):
+        return []
+    analysed = _analyse(text, path, enabled, project, [])
+    return analysed[0] if analysed is not None else []
+
+
+_ALL_CODES: tuple[str, ...] = ()
+
+
+def _codes_key(enabled: Callable[[str], bool]) -> tuple[str, ...]:
+    """The codes `enabled` lets through: what a kept analysis of a file depends on."""
+    global _ALL_CODES
+    if not _ALL_CODES:
+        from loopcheck.lint.rules.base import all_rules
+
+        _ALL_CODES = tuple(r.code for r in all_rules())
+    return tuple(c for c in _ALL_CODES if enabled(c))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -316,7 +417,7 @@ def _suppress(findings: list[Finding], path: str, lines: list[str], project: Any
         if where == path:
             file_lines = lines
         else:
-            file_lines = _lines_of(where)
+            file_lines = _lines_of(where, project)
         k, u = apply_suppressions(group, file_lines)
         kept.extend(k)
         if where == path:
@@ -324,10 +425,10 @@ def _suppress(findings: list[Finding], path: str, lines: list[str], project: Any
     return kept, used
 
 
-def _lines_of(path: str) -> list[str]:
+def _lines_of(path: str, project: Any) -> list[str]:
     from loopcheck.lint.project import parse_path
 
-    parsed = parse_path(Path(path))
+    parsed = parse_path(Path(path), project)
     return parsed.source.splitlines() if parsed is not None else []
 
 
@@ -339,10 +440,36 @@ def check_file(path: str | Path, *, enabled: Callable[[str], bool] = _everything
     except OSError as exc:
         return FileResult(name, errors=[LintError(name, None, f"cannot read: {exc.strerror or exc}")])
     if project is None:
-        from loopcheck.lint.project import ProjectIndex
+        from loopcheck.lint.project import Project
 
-        project = ProjectIndex()
-    return check_source(data, name, enabled=enabled, project=project)
+        project = Project.for_path(name)
+    return check_source(data, name, enabled=enabled, project=project, on_disk=True)
+
+
+_PROJECTS: "dict[Path, Any]" = {}
+_MAX_PROJECTS = 4
+
+
+def known_projects() -> list[Any]:
+    """The projects this process keeps (one per project root recently checked)."""
+    return list(_PROJECTS.values())
+
+
+def project_for(path: str | Path) -> Any:
+    """The project `path` belongs to, shared by every file of it this process checks: each of
+    its modules is parsed once (a parse is reused while the file's size and time are unchanged)."""
+    from loopcheck.lint.project import Project, project_root
+
+    if str(path).startswith("<"):
+        return None
+    root = project_root(Path(path))
+    found = _PROJECTS.pop(root, None)
+    if found is None:
+        found = Project([root])
+        while len(_PROJECTS) >= _MAX_PROJECTS:
+            _PROJECTS.pop(next(iter(_PROJECTS))).close()
+    _PROJECTS[root] = found  # most recently used last
+    return found
 
 
 # ------------------------------------------------------------------------------------------
@@ -373,7 +500,27 @@ def _import_analysis() -> None:
 
 def _check_one(args: tuple[str, Callable[[str], bool]]) -> FileResult:
     path, enabled = args
-    return check_file(path, enabled=enabled)
+    return check_file(path, enabled=enabled, project=project_for(path))
+
+
+def check_files(
+    files: Sequence[str | Path], *, enabled: Callable[[str], bool] = _everything, jobs: int | None = None
+) -> list[FileResult]:
+    """Results of each file, in the files' order whatever the parallelism.
+
+    Files go to the workers in small chunks in the order given (folder order after `discover`),
+    so the files of one package land in the same worker and share its project: a module they
+    import is parsed once per worker, not once per importing file."""
+    _PROJECTS.clear()  # a new run: nothing kept from an earlier one (pool workers start from here)
+    workers = min(jobs or os.cpu_count() or 1, len(files))
+    if workers > 1 and len(files) >= _PARALLEL_MIN_FILES and _picklable(enabled):
+        from concurrent.futures import ProcessPoolExecutor
+
+        _import_analysis()  # once here rather than in every worker (they start as copies of this process)
+        chunk = max(1, min(8, len(files) // (workers * 16)))
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
+            return list(pool.map(_check_one, [(str(f), enabled) for f in files], chunksize=chunk))
+    return [_check_one((str(f), enabled)) for f in files]
 
 
 def check_paths(
@@ -385,20 +532,7 @@ def check_paths(
 ) -> LintReport:
     """Lint files and folders; results come in file order whatever the parallelism."""
     files, errors = discover(paths, exclude)
-    workers = min(jobs or os.cpu_count() or 1, len(files))
-    results: list[FileResult]
-    if workers > 1 and len(files) >= _PARALLEL_MIN_FILES and _picklable(enabled):
-        from concurrent.futures import ProcessPoolExecutor
-
-        _import_analysis()  # once here rather than in every worker (they start as copies of this process)
-
-        # Small chunks, so the workers finish together; in folder order, so the modules of one
-        # project that the files import stay in a worker's caches.
-        chunk = max(1, min(8, len(files) // (workers * 16)))
-        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
-            results = list(pool.map(_check_one, [(str(f), enabled) for f in files], chunksize=chunk))
-    else:
-        results = [_check_one((str(f), enabled)) for f in files]
+    results = check_files(files, enabled=enabled, jobs=jobs)
     findings: list[Finding] = []
     for r in results:
         findings.extend(r.findings)

@@ -16,17 +16,28 @@ from __future__ import annotations
 import ast
 import warnings
 from bisect import bisect_right
-from collections import OrderedDict
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-if TYPE_CHECKING:
-    from loopcheck.lint.rules.base import FileContext, Span
+from loopcheck.lint.memo import fact, facts, known
 
-_KEEP = 16  # position tables kept (files of one inlined call chain)
+if TYPE_CHECKING:
+    from loopcheck.lint.context import FileContext
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a node is: 1-based lines and columns, the end column exclusive."""
+
+    line: int
+    column: int  # 1-based
+    end_line: int
+    end_column: int
+
 
 
 def line_starts(text: str) -> list[int]:
@@ -195,21 +206,9 @@ def _module_codegen(module: cst.Module, state: CodegenState) -> list[int]:
     return starts
 
 
-_TABLES: "OrderedDict[int, PositionTable]" = OrderedDict()
-
-
 def table_for(module: cst.Module) -> PositionTable:
-    """The whole-module table (one render of the module; kept for the few most recent ones)."""
-    key = id(module)
-    table = _TABLES.get(key)
-    if table is not None and table.module is module:
-        _TABLES.move_to_end(key)
-        return table
-    table = PositionTable(module)
-    _TABLES[key] = table
-    while len(_TABLES) > _KEEP:
-        _TABLES.popitem(last=False)
-    return table
+    """The whole-module table (one render of the module, kept with the module's facts)."""
+    return fact(module, "positions.table", lambda: PositionTable(module))
 
 
 # --- positions one statement at a time --------------------------------------------------------
@@ -539,33 +538,23 @@ def _position(items: Sequence[cst.CSTNode], item: cst.CSTNode) -> int:
     raise _Fallback
 
 
-_SOURCES: "OrderedDict[int, StatementPositions]" = OrderedDict()
-
-
 def register_source(module: cst.Module, source: str) -> None:
     """Tell where a parsed module's text is (its `code` without rendering it): positions of
     its nodes are then found one statement at a time."""
-    _SOURCES[id(module)] = StatementPositions(module, source)
-    _SOURCES.move_to_end(id(module))
-    while len(_SOURCES) > _KEEP:
-        _SOURCES.popitem(last=False)
+    facts(module)["positions.source"] = StatementPositions(module, source)
 
 
 def positions_for(module: cst.Module) -> "StatementPositions | PositionTable":
     """The cheapest position source of a module: statement by statement when its text was
     registered, else the whole-module table."""
-    found = _SOURCES.get(id(module))
-    if found is not None and found.module is module:
-        return found
-    return table_for(module)
+    found = known(module, "positions.source")
+    return found if found is not None else table_for(module)
 
 
 def source_of(module: cst.Module) -> str:
     """A module's text: the registered source, else a render of the module."""
-    found = _SOURCES.get(id(module))
-    if found is not None and found.module is module:
-        return found.source
-    return table_for(module).code
+    found = known(module, "positions.source")
+    return found.source if found is not None else table_for(module).code
 
 
 def node_span(module: cst.Module, node: cst.CSTNode) -> tuple[int, int, int, int]:
@@ -573,6 +562,4 @@ def node_span(module: cst.Module, node: cst.CSTNode) -> tuple[int, int, int, int
 
 
 def span_of(ctx: "FileContext", node: cst.CSTNode) -> "Span":
-    from loopcheck.lint.rules.base import Span
-
     return Span(*node_span(ctx.module, node))

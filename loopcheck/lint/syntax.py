@@ -7,12 +7,13 @@ more; the loop model, the rules and the fixes walk trees through these functions
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from functools import cache
 from operator import attrgetter
 from typing import Any, Callable, Iterator, NamedTuple
 
 import libcst as cst
+
+from loopcheck.lint.memo import fact
 
 _SKIPPED_FIELDS = frozenset({
     "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators", "trailing_whitespace",
@@ -150,11 +151,11 @@ class ModuleWalk(NamedTuple):
 
 
 def module_walk(module: cst.Module) -> ModuleWalk:
-    """The walk of `module` (one per module, kept for the few most recent modules)."""
-    found = _WALKS.get(id(module))
-    if found is not None and found[0] is module:
-        _WALKS.move_to_end(id(module))
-        return found[1]
+    """The walk of `module` (one per module, kept as long as its facts are: see `memo`)."""
+    return fact(module, "walk", lambda: _walk_module(module))
+
+
+def _walk_module(module: cst.Module) -> ModuleWalk:
     nodes: list[cst.CSTNode] = []
     parents: dict[int, cst.CSTNode] = {}
     order: dict[int, int] = {}
@@ -178,11 +179,7 @@ def module_walk(module: cst.Module) -> ModuleWalk:
             for child in children:
                 parents[id(child)] = node
             stack.extend(children[::-1])
-    result = ModuleWalk(nodes, parents, order, kids, closed)
-    _WALKS[id(module)] = (module, result)
-    while len(_WALKS) > 16:
-        _WALKS.popitem(last=False)
-    return result
+    return ModuleWalk(nodes, parents, order, kids, closed)
 
 
 def module_nodes(module: cst.Module) -> tuple[list[cst.CSTNode], dict[int, cst.CSTNode]]:
@@ -190,5 +187,3 @@ def module_nodes(module: cst.Module) -> tuple[list[cst.CSTNode], dict[int, cst.C
     found = module_walk(module)
     return found.nodes, found.parents
 
-
-_WALKS: "OrderedDict[int, tuple[cst.Module, ModuleWalk]]" = OrderedDict()

@@ -11,17 +11,17 @@ comes back as None (or []), and the rules built on it then say nothing.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
+from loopcheck.lint.memo import facts, known
 from loopcheck.lint.positions import node_span
 from loopcheck.lint.syntax import CLOSED_KINDS, module_walk
 
-if TYPE_CHECKING:  # rules.base imports every rule family, and those import this module
-    from loopcheck.lint.rules.base import FileContext
+if TYPE_CHECKING:
+    from loopcheck.lint.context import FileContext
 
 DEPTH = 8  # hops followed through assignments, calls and modules
 
@@ -601,18 +601,9 @@ def param_index(func: cst.FunctionDef, name: str) -> int | None:
     return names.index(name) if name in names else None
 
 
-_INDEXES: "OrderedDict[int, ModuleIndex]" = OrderedDict()
-_KEEP = 16  # indexes kept: the linted file and the project modules its calls reach
-
-
 def index_for(path: str, module: cst.Module) -> ModuleIndex:
-    """The index of a parsed module (built once per module object)."""
-    found = _INDEXES.get(id(module))
-    if found is not None and found.module is module and found.path == path:
-        _INDEXES.move_to_end(id(module))
-        return found
-    built = ModuleIndex(path, module)
-    _INDEXES[id(module)] = built
-    while len(_INDEXES) > _KEEP:
-        _INDEXES.popitem(last=False)
-    return built
+    """The index of a parsed module (built once per module object, kept with its facts)."""
+    found = known(module, "values.index")
+    if found is None or found.path != path:
+        found = facts(module)["values.index"] = ModuleIndex(path, module)
+    return found

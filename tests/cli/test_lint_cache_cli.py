@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import loopcheck.lint.command as command
+import loopcheck.lint.engine as engine
 from .conftest import UNSAFE_LOAD, write
 
 MODEL = textwrap.dedent(
@@ -53,13 +53,13 @@ TRAIN = textwrap.dedent(
 def checked(monkeypatch) -> list[str]:
     """The files the engine is asked to check (cache misses)."""
     calls: list[str] = []
-    real = command._check_one
+    real = engine._check_one
 
     def spy(args):
         calls.append(Path(args[0]).name)
         return real(args)
 
-    monkeypatch.setattr(command, "_check_one", spy)
+    monkeypatch.setattr(engine, "_check_one", spy)
     return calls
 
 

@@ -60,9 +60,10 @@ def messages(source: str, code: str, path: str = "<string>") -> list[str]:
 
 
 def found_in_project(path: Path, select: str | Sequence[str]) -> set[tuple[str, int, str]]:
-    """(file name, line, code) of linting one file of a project on disk (local imports are followed)."""
+    """(file name, line, code) of linting the project on disk that holds `path` (its folder):
+    findings are reported in the file where the defect is, with evidence from the others."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        report = lint_paths([path], select=select)
+        report = lint_paths([path.parent], select=select)
     assert not report.errors
     return {(Path(f.path).name, f.line, f.code) for f in report.findings}

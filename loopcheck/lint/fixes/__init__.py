@@ -27,7 +27,7 @@ from loopcheck.lint.fixes.base import FIXERS, SourceIndex
 from loopcheck.lint.fixes.edits import Edit, apply_edits, edit_offsets
 
 if TYPE_CHECKING:
-    from loopcheck.lint.rules.base import FileContext
+    from loopcheck.lint.context import FileContext
 
 __all__ = ["FixResult", "fix_source", "describe_fix", "attach_fixes", "fixable_codes", "applicability"]
 
@@ -102,11 +102,9 @@ Linter = Callable[[str, str], Sequence[Finding]]
 def _default_linter(source: str, path: str) -> list[Finding]:
     """The engine's findings for this source; local imports are followed as `loopcheck lint`
     follows them, so findings that span files are seen here too."""
-    from loopcheck.lint.engine import check_source
-    from loopcheck.lint.project import ProjectIndex
+    from loopcheck.lint.engine import check_source, project_for
 
-    project = None if path.startswith("<") else ProjectIndex()
-    return list(check_source(source, path, project=project).findings)
+    return list(check_source(source, path, project=project_for(path)).findings)
 
 
 def _parses(source: str) -> bool:
@@ -129,7 +127,7 @@ class _Fixes:
         if finding.fix is not None:
             return finding.fix
         if self._ctx is None:
-            from loopcheck.lint.rules.base import FileContext
+            from loopcheck.lint.context import FileContext
 
             self._ctx = FileContext(self.path, self.source, cst.parse_module(self.source))
         return describe_fix(finding, self._ctx)

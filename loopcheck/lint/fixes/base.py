@@ -24,7 +24,7 @@ from loopcheck.lint.positions import line_starts
 from loopcheck.lint.syntax import child_nodes
 
 if TYPE_CHECKING:
-    from loopcheck.lint.rules.base import FileContext
+    from loopcheck.lint.context import FileContext
 
 
 @dataclass(frozen=True)

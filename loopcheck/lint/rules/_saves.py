@@ -18,7 +18,7 @@ import libcst as cst
 
 from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role
 from loopcheck.lint.rules._shared import Trace
-from loopcheck.lint.rules.base import FileContext
+from loopcheck.lint.context import FileContext
 from loopcheck.lint.values import code_of
 
 K = EventKind

@@ -210,5 +210,5 @@ def module_of(path: str, ctx: FileContext) -> cst.Module | None:
         return ctx.module
     from loopcheck.lint.project import parse_path
 
-    parsed = parse_path(Path(path))
+    parsed = parse_path(Path(path), ctx.project)
     return parsed.module if parsed is not None else None

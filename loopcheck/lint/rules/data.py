@@ -106,7 +106,7 @@ def _index_of(ctx: FileContext, flow: Flow, binding: Binding) -> ModuleIndex | N
     if not binding.path or binding.path == ctx.path:
         index = flow.main
     else:
-        parsed = parse_path(Path(binding.path))
+        parsed = parse_path(Path(binding.path), ctx.project)
         if parsed is None:
             return None
         index = index_for(parsed.path, parsed.module)

@@ -11,6 +11,7 @@ cannot establish comes back as None, and the rules then say nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import libcst as cst
@@ -30,7 +31,6 @@ from loopcheck.lint.values import (
     code_of,
     dotted,
     first_arg,
-    index_for,
     is_torch,
     param_index,
     torch_name,
@@ -303,41 +303,13 @@ _ACTIVATION_WORDS = {
 def _may_reach(ctx: FileContext, words: tuple[str, ...]) -> bool:
     """Whether value tracing from this file may meet one of `words` (in any case): in the file
     itself, or in a project module its imports reach, which tracing may follow. A cheap necessary
-    test: most files name no activation at all."""
+    test from the modules' summaries: most files name no activation at all."""
     if _names_any(ctx.source, words):
         return True
-    texts = ctx.derived(_imported_texts)
-    return texts is None or any(_names_any(text, words) for text in texts)
-
-
-def _imported_texts(ctx: FileContext) -> list[str] | None:
-    """The text of every project module this file's imports reach, directly or through other
-    project modules (None: an import could not be resolved)."""
     project = ctx.project
-    if project is None or ctx.path.startswith("<"):
-        return []
-    texts: list[str] = []
-    seen = {ctx.path}
-    todo = [index_for(ctx.path, ctx.module)]
-    while todo:
-        index = todo.pop()
-        imports = index.imports.values()
-        # what `Flow.definition` may load: the module, or the name imported from it as a module
-        targets = {(module, level) for module, level, _ in imports}
-        targets |= {(f"{module}.{name}" if module else name, level) for module, level, name in imports if name}
-        for target, level in targets:
-            if not (target or level):
-                continue
-            try:
-                parsed = project.load(index.path, target, level)
-            except (OSError, ValueError):
-                return None
-            if parsed is None or parsed.path in seen:
-                continue
-            seen.add(parsed.path)
-            texts.append(parsed.source)
-            todo.append(index_for(parsed.path, parsed.module))
-    return texts
+    if project is None or ctx.path.startswith("<") or not hasattr(project, "reach_mentions"):
+        return False
+    return project.reach_mentions(Path(ctx.path), words)
 
 
 def _names_any(text: str, words: tuple[str, ...]) -> bool:

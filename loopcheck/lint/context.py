@@ -1,0 +1,94 @@
+"""What the rules read about one file: its path, text, parsed module, the run's project, and the
+loop model (built once, on first use). The engine makes one per analysed file."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import libcst as cst
+
+from loopcheck.lint.positions import Span
+from loopcheck.lint.syntax import classes_of, module_nodes
+
+if TYPE_CHECKING:
+    from loopcheck.lint.loopmodel import ModuleModel
+
+T = TypeVar("T")
+
+
+class FileContext:
+    """Everything a rule may read about one file. The loop model is built once, on first use."""
+
+    def __init__(self, path: str, source: str, module: cst.Module, project: Any = None) -> None:
+        self.path = path
+        self.source = source
+        self.module = module
+        self.project = project  # the project index (loopmodel follows local imports through it)
+
+    def derived(self, build: "Callable[[FileContext], T]") -> "T":
+        """`build(self)`, computed once per file: facts that several rules share."""
+        memo = self.__dict__.setdefault("_derived", {})
+        if build not in memo:
+            memo[build] = build(self)
+        return memo[build]
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.source.splitlines()
+
+    @cached_property
+    def model(self) -> "ModuleModel":
+        from loopcheck.lint.loopmodel import build_model
+
+        return build_model(self.path, self.module, project=self.project)
+
+    def span(self, node: cst.CSTNode) -> Span:
+        """Position of a node of this file's module (computed on demand, never for the whole tree)."""
+        from loopcheck.lint.positions import span_of
+
+        return span_of(self, node)
+
+    @property
+    def _nodes(self) -> tuple[list[cst.CSTNode], dict[int, cst.CSTNode]]:
+        return module_nodes(self.module)
+
+    def nodes(self, *types: type) -> list[cst.CSTNode]:
+        """Every node of these types in the module, in source order, from one shared walk.
+
+        Much cheaper than a `module.visit(...)` per rule (libcst visitors rebuild the tree as
+        they go); whitespace, commas and parentheses are not included."""
+        everything = self._nodes[0]
+        if not types:
+            return list(everything)
+        classes = classes_of(types)
+        return [n for n in everything if type(n) in classes]
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The syntactic parent of a node of this module (None for the module itself)."""
+        return self._nodes[1].get(id(node))
+
+    @cached_property
+    def texts(self) -> list[str] | None:
+        """The text of this file, then of every other file the loop model's events come from;
+        None when one of those cannot be read back."""
+        texts = [self.source]
+        paths = {e.path for e in self.model.events if e.path and e.path != self.path}
+        if paths:
+            from pathlib import Path
+
+            from loopcheck.lint.project import parse_path
+
+            for path in sorted(paths):
+                parsed = parse_path(Path(path), self.project)
+                if parsed is None:  # changed or gone since
+                    return None
+                texts.append(parsed.source)
+        return texts
+
+    def mentions(self, pattern: "re.Pattern[str]") -> bool:
+        """Whether `pattern` matches this file or a file the loop model followed (True when the
+        text of a followed file cannot be read back)."""
+        texts = self.texts
+        return texts is None or any(pattern.search(text) for text in texts)

@@ -1,0 +1,310 @@
+"""Calls: expressions walked for calls, and each method call that is an event (the table of
+methods is `torch_api.METHOD_EVENTS`)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from loopcheck.lint.syntax import child_nodes
+from loopcheck.lint.loopmodel.facts import Event, EventKind
+from loopcheck.lint.loopmodel.frames import _Frame
+from loopcheck.lint.loopmodel.nodes import (
+    _EXPRESSION_PART,
+    _EXPRESSION_PARTS,
+    _OPAQUE_EXPRESSIONS,
+    _divides,
+    _index,
+    _is_none,
+    _kw,
+    _literal_bool,
+    _positional,
+    _recv_name,
+    _string,
+    _text_or,
+)
+from loopcheck.lint.loopmodel.torch_api import METHOD_EVENTS, _BUILTINS, _PARAM_METHODS
+
+
+class BuilderCalls:
+    """The builder's part for calls."""
+
+
+    def walk_expr(self, node: cst.CSTNode, frame: _Frame) -> None:
+        """Visit the calls of an expression, innermost (evaluated) first."""
+        kind = type(node)  # exact types: isinstance against libcst's ABCs is slow when it fails
+        if kind is cst.Call:
+            self.walk_expr(node.func, frame)  # type: ignore[attr-defined]
+            for arg in node.args:  # type: ignore[attr-defined]
+                self.walk_expr(arg.value, frame)
+            self.on_call(node, frame)  # type: ignore[arg-type]
+        elif kind in _OPAQUE_EXPRESSIONS:
+            return
+        elif kind is cst.Attribute:
+            self.walk_expr(node.value, frame)  # type: ignore[attr-defined]
+        elif kind is cst.BinaryOperation:
+            self.walk_expr(node.left, frame)  # type: ignore[attr-defined]
+            self.walk_expr(node.right, frame)  # type: ignore[attr-defined]
+        else:
+            for child in child_nodes(node):
+                inner = _EXPRESSION_PART.get(type(child))
+                if inner is None:
+                    inner = _EXPRESSION_PART[type(child)] = isinstance(child, _EXPRESSION_PARTS) or (
+                        type(child).__name__ in ("Index", "Slice")
+                    )
+                if inner:
+                    self.walk_expr(child, frame)
+
+    def on_call(self, call: cst.Call, frame: _Frame) -> None:
+        func = call.func
+        if self._try_inline(call, frame):
+            return
+        unit = frame.unit
+        if type(func) is cst.Attribute:
+            attr = func.attr.value
+            recv = func.value
+            handler = METHOD_EVENTS.get(attr)
+            if handler is not None and getattr(self, handler)(call, recv, frame):
+                return
+        qual = unit.qualify(func) or ""
+        last = qual.rsplit(".", 1)[-1]
+        if last in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "dispatch_clip_grad", "clip_grad_norm_fp32"):
+            params = _positional(call, 0) or _kw(call, "parameters")
+            owner = None
+            if type(params) is cst.Call and type(params.func) is cst.Attribute and params.func.attr.value in _PARAM_METHODS:
+                owner = self.target(params.func.value, frame)
+            self.event(EventKind.CLIP, owner, call, frame, fn=last,
+                       params_text=unit.text(params) if params is not None else "")
+            return
+        if qual in ("torch.save",) or (last == "save" and (qual.startswith("torch") or _recv_name(func) in ("accelerator", "xm", "fabric", "self.accelerator", "self.fabric"))):
+            self._save(call, frame, qual)
+            return
+        if last == "save_state" and "accelerator" in qual:
+            self.event(EventKind.SAVE, None, call, frame, call=call, fn=qual, obj_text="", keys=None, values={},
+                       state_of=frozenset(), whole_object=None, path_text=_text_or(unit, _positional(call, 0)))
+            return
+        if qual == "torch.load" or (last == "load" and qual.startswith("torch") and "hub" not in qual and "jit" not in qual):
+            wo = _kw(call, "weights_only")
+            weights_only = None if wo is None else (_literal_bool(wo) if _literal_bool(wo) is not None else True)
+            self.event(EventKind.LOAD, None, call, frame, call=call, fn="torch.load", weights_only=weights_only,
+                       path_text=_text_or(unit, _positional(call, 0) or _kw(call, "f")))
+            return
+        if last == "load_state" and "accelerator" in qual:
+            self.event(EventKind.LOAD, None, call, frame, call=call, fn="accelerator.load_state", weights_only=None)
+            return
+        if qual in ("torch.autograd.backward",):
+            tensor = _positional(call, 0) or _kw(call, "tensors")
+            if tensor is not None:
+                self._backward(call, tensor, frame, via_fn=qual)
+            return
+        if self._project_class(func, frame) is not None:
+            return  # constructing a model / EMA class of the project is not a forward pass
+        if type(func) is cst.Name and func.value in _BUILTINS:
+            return
+        self._escape(call, frame)
+        # a forward pass: model(x)
+        if isinstance(func, (cst.Name, cst.Attribute)):
+            name = self.target(func, frame)
+            if name and name not in unit.imports:
+                self.use(name, "call", frame)
+                self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call)
+
+    def _escape(self, call: cst.Call, frame: _Frame) -> None:
+        if not self.loop_stack:
+            return
+        escapes = self.loop_stack[-1].escapes
+        for arg in call.args:
+            name = self.target(arg.value, frame) if isinstance(arg.value, (cst.Name, cst.Attribute, cst.Call)) else None
+            if name:
+                escapes.add(name)
+
+
+    def _m_zero_grad(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        if type(recv) is cst.Attribute and recv.attr.value == "grad":  # p.grad.zero_grad? not a thing
+            return False
+        self.use(name, "zero_grad", frame)
+        stn = _kw(call, "set_to_none")
+        self.event(EventKind.ZERO_GRAD, name, call, frame, pending="zero_grad", form="optimizer",
+                   set_to_none=_literal_bool(stn) if stn is not None else None)
+        return True
+
+    def _m_zero_(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        # p.grad.zero_() / p.grad.data.zero_()
+        node = recv
+        if type(node) is cst.Attribute and node.attr.value == "data":
+            node = node.value
+        if type(node) is cst.Attribute and node.attr.value == "grad":
+            owner = self._grad_owner(node.value, frame)
+            self.event(EventKind.ZERO_GRAD, owner, call, frame, form="grad_zero", set_to_none=False)
+            return True
+        return False
+
+    def _m_backward(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        recv_name = self.canon(recv, frame) or ""
+        if recv_name.rsplit(".", 1)[-1] in ("accelerator", "fabric", "engine", "model_engine") and call.args:
+            tensor = _positional(call, 0) or _kw(call, "loss")
+            if tensor is not None:
+                self._backward(call, tensor, frame, via_fn=recv_name + ".backward", divided=True)
+                return True
+        if recv_name.endswith("manual_backward") or (recv_name == "self" and call.args):
+            tensor = _positional(call, 0)
+            if tensor is not None:
+                self._backward(call, tensor, frame, via_fn="manual_backward")
+                return True
+        self._backward(call, recv, frame)
+        return True
+
+    def _backward(self, call: cst.Call, tensor: cst.BaseExpression, frame: _Frame, via_fn: str | None = None,
+                  divided: bool = False) -> None:
+        unit = frame.unit
+        scaled = False
+        scaler = None
+        if type(tensor) is cst.Call and type(tensor.func) is cst.Attribute and tensor.func.attr.value == "scale" and tensor.args:
+            scaler = self.target(tensor.func.value, frame)
+            self.use(scaler, "scale", frame)
+            scaled = True
+            tensor = tensor.args[0].value
+        inner = tensor
+        while type(inner) is cst.Call and type(inner.func) is cst.Attribute and inner.func.attr.value in ("mean", "sum", "float", "squeeze"):
+            inner = inner.func.value
+        name = self.canon(inner, frame) if isinstance(inner, (cst.Name, cst.Attribute)) else None
+        if name:
+            self.use(name, "backward", frame)
+        is_divided: bool | None = divided or _divides(tensor)
+        if not is_divided:
+            is_divided = self.divided.get(name, False) if name else self.value_of(tensor, frame).divided
+        rg = _kw(call, "retain_graph")
+        retain = rg is not None and _literal_bool(rg) is not False and not _is_none(rg)
+        self.event(EventKind.BACKWARD, name or unit.text(tensor), call, frame, scaled=scaled, scaler=scaler,
+                   loss_text=unit.text(tensor), retain_graph=retain, divided=is_divided, fn=via_fn or "backward")
+
+    def _m_step(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        if name is None:
+            return False
+        self.use(name, "step", frame)
+        closure = _positional(call, 0) or _kw(call, "closure")
+        detail: dict = {"args": list(call.args), "metric": bool(_positional(call, 0) is not None or _kw(call, "metrics") is not None)}
+        if closure is not None:
+            detail["closure_events"] = self._closure_events(closure, frame)
+            opt_arg = self.target(closure, frame) if isinstance(closure, (cst.Name, cst.Attribute)) else None
+            detail["optimizer"] = opt_arg
+        self.event(EventKind.STEP, name, call, frame, pending="step", closure=closure is not None, **detail)
+        return True
+
+    def _closure_events(self, closure: cst.BaseExpression, frame: _Frame) -> list[Event]:
+        """Walk a closure passed to step(); its events run inside step, not in the loop's order."""
+        fdef = None
+        unit = frame.unit
+        if type(closure) is cst.Name:
+            fdef = frame.local_funcs.get(closure.value) or unit.functions.get(closure.value)
+        if fdef is None and type(closure) is not cst.Lambda:
+            return []
+        saved_events = len(self.events)
+        saved_loop_stack = self.loop_stack
+        self.loop_stack = []
+        self.blocks.append([])
+        try:
+            if type(closure) is cst.Lambda:
+                self.walk_expr(closure.body, frame)
+            elif fdef is not None and fdef not in frame.stack:
+                inner = _Frame(unit, dict(frame.env), frame.cls, frame.via, frame.depth + 1, frame.stack + (fdef,), fdef.name.value)
+                inner.local_funcs = dict(frame.local_funcs)
+                inner.no_grad, inner.autocast = frame.no_grad, frame.autocast
+                self.walk_suite(fdef.body, inner)
+        finally:
+            self.blocks.pop()
+            self.loop_stack = saved_loop_stack
+        events = self.events[saved_events:]
+        del self.events[saved_events:]
+        for ev in events:
+            ev.loop = None
+        return events
+
+    def _m_scale(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        if name is None:
+            return False
+        self.event(EventKind.SCALER_SCALE, name, call, frame, pending="scale")
+        return True
+
+    def _m_unscale(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        self.use(name, "unscale_", frame)
+        opt = _positional(call, 0) or _kw(call, "optimizer")
+        self.event(EventKind.UNSCALE, name, call, frame, optimizer=self.target(opt, frame) if opt is not None else None)
+        return True
+
+    def _m_update(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        if name is None:
+            return False
+        if name in self.dicts:  # ckpt.update({...}) on a dict being built
+            d = self.dicts[name]
+            for arg in call.args:
+                if arg.keyword is not None:
+                    self._put(d, arg.keyword.value, arg.value, frame)
+                else:
+                    d.merge(self._dict_of(arg.value, frame))
+            return True
+        self.event(EventKind.SCALER_UPDATE, name, call, frame, pending="update")
+        return True
+
+    def _m_update_parameters(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        self.use(name, "update_parameters", frame)
+        model = _positional(call, 0)
+        self.event(EventKind.EMA_UPDATE, name, call, frame, model=self.target(model, frame) if model is not None else None)
+        return True
+
+    def _m_mode(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        if name is None or type(recv) is cst.Call:
+            return False
+        attr = call.func.attr.value  # type: ignore[attr-defined]
+        mode = _positional(call, 0) or _kw(call, "mode")
+        if attr == "eval" and call.args:
+            return False  # not nn.Module.eval()
+        known = self._truth(mode, frame) if mode is not None else True
+        kind = EventKind.EVAL_MODE if attr == "eval" or known is False else EventKind.TRAIN_MODE
+        self.use(name, attr, frame)
+        self.event(kind, name, call, frame, pending="mode", conditional=known is None)
+        return True
+
+    def _m_forward(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        if name is None:
+            return False
+        self.use(name, "forward", frame)
+        self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call)
+        return True
+
+    def _m_set_epoch(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        self.event(EventKind.SET_EPOCH, name, call, frame, pending="set_epoch",
+                   epoch_text=_text_or(frame.unit, _positional(call, 0)))
+        return True
+
+    def _m_load_state_dict(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        name = self.target(recv, frame)
+        arg = _positional(call, 0) or _kw(call, "state_dict")
+        key = None
+        source = None
+        if type(arg) is cst.Subscript:
+            key = _string(_index(arg))
+            source = self.canon(arg.value, frame)
+        elif type(arg) is cst.Call and type(arg.func) is cst.Attribute and arg.func.attr.value == "get":
+            key = _string(_positional(arg, 0))
+            source = self.canon(arg.func.value, frame)
+        self.event(EventKind.LOAD, name, call, frame, call=call, fn="load_state_dict", weights_only=None, key=key,
+                   source=source, arg_text=_text_or(frame.unit, arg))
+        return True
+
+    def _m_requires_grad_(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        if _literal_bool(_positional(call, 0) or _kw(call, "requires_grad")) is False:
+            name = self.target(recv, frame)
+            if name:
+                self.frozen.add(name)
+                if name in self.param_owner and self.param_owner[name]:
+                    self.frozen.add(self.param_owner[name])  # type: ignore[arg-type]
+        return True

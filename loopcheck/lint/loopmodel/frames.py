@@ -1,0 +1,75 @@
+"""The builder's per-call state: the scope being walked, and the values (dicts, tuples) it tracks."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from loopcheck.lint.loopmodel.facts import CallSite
+from loopcheck.lint.loopmodel.units import _Class, _Unit
+
+
+class _Frame:
+    """One function activation: its file, local names, and what encloses it."""
+
+    __slots__ = ("unit", "env", "cls", "via", "depth", "local_funcs", "no_grad", "autocast",
+                 "grad_conditional", "returns", "stack", "name", "forwarded")
+
+    def __init__(self, unit: _Unit, env: dict[str, str] | None = None, cls: _Class | None = None,
+                 via: tuple[CallSite, ...] = (), depth: int = 0, stack: tuple = (), name: str = "<module>") -> None:
+        self.unit = unit
+        self.env = env if env is not None else {}
+        self.cls = cls
+        self.via = via
+        self.depth = depth
+        self.local_funcs: dict[str, cst.FunctionDef] = {}
+        self.no_grad = False
+        self.autocast = False
+        self.grad_conditional = False
+        self.returns: list["_Value"] = []
+        self.stack = stack
+        self.name = name
+        # `def save_on_master(*args, **kwargs)`: the caller's frame, its call, and the arguments
+        # that `*args` / `**kwargs` received, for a call that passes them on
+        self.forwarded: tuple["_Frame", cst.Call, list[cst.Arg]] | None = None
+
+
+class _Dict:
+    """What is known about a dict being built for torch.save."""
+
+    __slots__ = ("keys", "values", "owners", "unit")
+
+    def __init__(self, unit: _Unit) -> None:
+        self.keys: set[str] | None = set()
+        self.values: dict[str, cst.BaseExpression] = {}
+        self.owners: set[str] = set()  # objects whose state_dict() is a value (resolved where it was added)
+        self.unit = unit
+
+    def copy(self) -> "_Dict":
+        d = _Dict(self.unit)
+        d.keys = set(self.keys) if self.keys is not None else None
+        d.values = dict(self.values)
+        d.owners = set(self.owners)
+        return d
+
+    def merge(self, other: "_Dict") -> None:
+        self.owners |= other.owners
+        if other.keys is None or self.keys is None:
+            self.keys = None
+        else:
+            self.keys |= other.keys
+            self.values.update(other.values)
+
+
+class _Value:
+    """What an expression evaluates to, as far as roles go (for returns and arguments)."""
+
+    __slots__ = ("canon", "elems", "dict", "divided", "built")
+
+    def __init__(self, canon: str | None = None, elems: list["_Value"] | None = None,
+                 dict_: _Dict | None = None, divided: bool | None = False,
+                 built: "tuple[cst.Call, _Frame] | None" = None) -> None:
+        self.canon = canon
+        self.elems = elems
+        self.dict = dict_
+        self.divided = divided
+        self.built = built  # a call that may construct the object (`return torch.optim.AdamW(...)`), in its frame

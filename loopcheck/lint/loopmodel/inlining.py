@@ -1,0 +1,257 @@
+"""Following calls: project functions, methods and constructors inlined at their call sites
+(bounded depth), decorators, parameters, and the entry points walked."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from loopcheck.lint.loopmodel.facts import CallSite, EventKind, ModuleModel, Role
+from loopcheck.lint.loopmodel.frames import _Frame
+from loopcheck.lint.loopmodel.nodes import (
+    _MAX_DEPTH,
+    _MAX_INLINED,
+    _SKIP_ENTRY_METHODS,
+    _dotted,
+    _index,
+    _is_ema_helper,
+    _is_none,
+)
+from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
+from loopcheck.lint.loopmodel.traces import _CallBlock
+from loopcheck.lint.loopmodel.units import _CALLED, _Class, _Unit, _self_called
+
+
+class BuilderInlining:
+    """The builder's part for following calls."""
+
+
+    def _try_inline(self, call: cst.Call, frame: _Frame) -> bool:
+        """Follow a call into a function or method of this file / this project. True when followed."""
+        func = call.func
+        unit = frame.unit
+        target: tuple[cst.FunctionDef, _Unit, _Class | None] | None = None
+        bound_self = False
+        if type(func) is cst.Name:
+            name = func.value
+            if name in frame.local_funcs:
+                target = (frame.local_funcs[name], unit, frame.cls)
+            else:
+                cls = unit.lookup_class(name)
+                if cls is not None:
+                    return self._construct(call, cls, frame)
+                found = unit.lookup_function(name)
+                if found is not None:
+                    target = (found[0], found[1], None)
+            if target is None:
+                inst = self.instances.get(frame.env.get(name, name))
+                found_c = inst.method("__call__") if inst is not None else None
+                if found_c is not None:
+                    target = (found_c[0], found_c[1].unit, found_c[1])
+                    bound_self = True
+        elif type(func) is cst.Attribute:
+            attr = func.attr.value
+            recv = func.value
+            if type(recv) is cst.Name and recv.value == "self" and frame.cls is not None:
+                found_m = frame.cls.method(attr)
+                if found_m is not None:
+                    target = (found_m[0], found_m[1].unit, found_m[1])
+                    bound_self = True
+            elif type(recv) is cst.Call and _dotted(recv.func) == "super" and frame.cls is not None:
+                for base in frame.cls.base_classes():
+                    if attr in base.methods:
+                        target = (base.methods[attr], base.unit, base)
+                        bound_self = True
+                        break
+                if target is None:
+                    return attr == "__init__"
+            else:
+                recv_name = self.canon(recv, frame)
+                cls = self.instances.get(recv_name or "")
+                if cls is not None:
+                    found_m = cls.method(attr)
+                    if found_m is not None:
+                        target = (found_m[0], found_m[1].unit, found_m[1])
+                        bound_self = True
+                else:
+                    dotted = _dotted(func)
+                    if dotted and "." in dotted:
+                        found = unit.lookup_function(dotted)
+                        if found is not None:
+                            target = (found[0], found[1], None)
+                        else:
+                            cls2 = unit.lookup_class(dotted)
+                            if cls2 is not None:
+                                return self._construct(call, cls2, frame)
+        if target is None:
+            return False
+        fdef, callee_unit, cls = target
+        if _is_ema_helper(fdef):
+            self._ema_helper_event(call, fdef, frame)
+            return True
+        self.inline(call, fdef, callee_unit, cls, frame, bound_self)
+        return True
+
+    def _construct(self, call: cst.Call, cls: _Class, frame: _Frame) -> bool:
+        """`Trainer(...)` of a project class: run its __init__ (models and EMAs are not followed)."""
+        if cls.kind() is not None:
+            return False
+        init = cls.method("__init__")
+        if init is not None:
+            self.inline(call, init[0], init[1].unit, init[1], frame, True)
+        return True
+
+    def _ema_helper_event(self, call: cst.Call, fdef: cst.FunctionDef, frame: _Frame) -> None:
+        names = [self.target(a.value, frame) for a in call.args if a.keyword is None]
+        names = [n for n in names if n]
+        target = next((n for n in names if "ema" in n.lower() or "swa" in n.lower() or "avg" in n.lower()), names[0] if names else None)
+        if target:
+            self.bind(target, Role.EMA, frame, evidence="usage")
+        model = next((n for n in names if n != target), None)
+        self.event(EventKind.EMA_UPDATE, target, call, frame, model=model, helper=fdef.name.value)
+
+    def inline(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, frame: _Frame,
+               bound_self: bool) -> None:
+        key = id(fdef)
+        self.covered.add(key)
+        if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack) or self.inlined >= _MAX_INLINED:
+            return
+        self.inlined += 1
+        env: dict[str, str] = {}
+        params = list(fdef.params.posonly_params) + list(fdef.params.params)
+        if bound_self and params and params[0].name.value in ("self", "cls"):
+            env[params[0].name.value] = "self"
+            params = params[1:]
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        keywords = {a.keyword.value: a for a in call.args if a.keyword is not None}
+        all_params = params + list(fdef.params.kwonly_params)
+        for i, param in enumerate(all_params):
+            pname = param.name.value
+            arg = None
+            if i < len(positional) and param in params:
+                arg = positional[i].value
+            elif pname in keywords:
+                arg = keywords[pname].value
+            if arg is None:
+                if param.default is not None and _is_none(param.default):
+                    env[pname] = "None"
+                else:
+                    env[pname] = pname
+                    self._param_evidence(param, pname, unit)
+                continue
+            if _is_none(arg):
+                env[pname] = "None"
+                continue
+            val = self.value_of(arg, frame)
+            if val.canon is not None:
+                env[pname] = val.canon
+            else:
+                env[pname] = pname
+                if val.dict is not None:
+                    self.dicts[pname] = val.dict.copy()
+                self.divided[pname] = val.divided
+                self._param_evidence(param, pname, unit)
+                if type(arg) is cst.Call:
+                    self._bind_ctor(pname, arg, frame)
+        for p in (fdef.params.star_arg, fdef.params.star_kwarg):
+            if type(p) is cst.Param:
+                env[p.name.value] = p.name.value
+        qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
+        site = CallSite(qualname, frame.unit.path, call, frame.unit.module)
+        inner = _Frame(unit, env, cls, frame.via + (site,), frame.depth + 1, frame.stack + (fdef,), qualname)
+        if type(fdef.params.star_arg) is cst.Param or type(fdef.params.star_kwarg) is cst.Param:
+            named = {p.name.value for p in all_params}
+            extra = positional[len(params):] + [a for k, a in keywords.items() if k not in named]
+            inner.forwarded = (frame, call, extra)
+        inner.no_grad, inner.autocast, inner.grad_conditional = frame.no_grad, frame.autocast, frame.grad_conditional
+        self.blocks.append([])
+        try:
+            self._decorators(fdef, inner)
+            self.walk_suite(fdef.body, inner)
+        finally:
+            block = self.blocks.pop()
+        self.block.append(_CallBlock(block))
+        if inner.returns:
+            chosen = next((r for r in reversed(inner.returns) if r.canon or r.elems or r.dict or r.built), inner.returns[-1])
+            self.call_values[id(call)] = chosen
+
+    def _decorators(self, fdef: cst.FunctionDef, frame: _Frame) -> None:
+        for dec in fdef.decorators:
+            expr = dec.decorator
+            qual = frame.unit.qualify(expr.func if type(expr) is cst.Call else expr) or ""
+            last = qual.rsplit(".", 1)[-1]
+            if last in ("no_grad", "inference_mode"):
+                frame.no_grad = True
+                self.event(EventKind.NO_GRAD, None, dec, frame, form="decorator")
+
+    def _param_evidence(self, param: cst.Param, name: str, unit: _Unit) -> None:
+        self.candidates.setdefault(name, unit.path)
+        if param.annotation is not None:
+            ann = param.annotation.annotation
+            if type(ann) is cst.Subscript:  # Optional[GradScaler]
+                inner = _index(ann)
+                ann = inner if inner is not None else ann
+            if type(ann) is cst.BinaryOperation:  # GradScaler | None
+                ann = ann.left
+            text = unit.qualify(ann) if isinstance(ann, (cst.Name, cst.Attribute)) else None
+            if text:
+                for pattern, role in _ANNOTATION_ROLES:
+                    if pattern.search(text):
+                        self.annotations.setdefault(name, role)
+                        break
+
+
+    def run(self) -> ModuleModel:
+        from loopcheck.lint.positions import source_of
+
+        unit = self.main
+        source = source_of(unit.module)
+        called = set(_CALLED.findall(source))
+        self_called = _self_called(source)
+        frame = _Frame(unit, name="<module>")
+        self.walk_body([s for s in unit.top_level], frame)
+        for name, fdef in unit.functions.items():
+            if id(fdef) in self.covered or name in called:
+                continue
+            self.entry(fdef, unit, None)
+        for cls in unit.classes.values():
+            if cls.kind() is Role.MODEL or cls.kind() is Role.CRITERION:
+                methods = [m for n, m in cls.methods.items() if n not in _SKIP_ENTRY_METHODS and n != "__init__"]
+            else:
+                init = cls.methods.get("__init__")
+                methods = ([init] if init is not None and id(init) not in self.covered else []) + [
+                    m for n, m in cls.methods.items() if n != "__init__"
+                ]
+            for fdef in methods:
+                name = fdef.name.value
+                if id(fdef) in self.covered or name in self_called or name in _SKIP_ENTRY_METHODS:
+                    continue
+                if fdef.name.value != "__init__" and any(
+                    type(d.decorator) is cst.Name and d.decorator.value in ("property", "staticmethod")
+                    for d in fdef.decorators
+                ):
+                    continue
+                self.entry(fdef, unit, cls)
+        return self.finalize()
+
+    def entry(self, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None) -> None:
+        self.covered.add(id(fdef))
+        env: dict[str, str] = {}
+        params = list(fdef.params.posonly_params) + list(fdef.params.params) + list(fdef.params.kwonly_params)
+        if cls is not None and params and params[0].name.value in ("self", "cls"):
+            env[params[0].name.value] = "self"
+            params = params[1:]
+        for param in params:
+            pname = param.name.value
+            env[pname] = pname
+            self._param_evidence(param, pname, unit)
+        for p in (fdef.params.star_arg, fdef.params.star_kwarg):
+            if type(p) is cst.Param:
+                env[p.name.value] = p.name.value
+        qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
+        frame = _Frame(unit, env, cls, (), 0, (fdef,), qualname)
+        self.blocks.append([])
+        try:
+            self._decorators(fdef, frame)
+            self.walk_suite(fdef.body, frame)
+        finally:
+            self.blocks.pop()

@@ -1,0 +1,195 @@
+"""Small questions about libcst nodes that the builder asks everywhere, and the builder's bounds."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Iterator
+
+import libcst as cst
+
+from loopcheck.lint.syntax import child_nodes
+from loopcheck.lint.values import dotted
+
+if TYPE_CHECKING:
+    from loopcheck.lint.loopmodel.units import _Unit
+
+
+_MAX_DEPTH = 4  # inlined call depth
+_MAX_PATHS = 64  # traces per loop iteration
+_MAX_INLINED = 3000  # inlined calls per file: helpers calling helpers many times stay bounded
+_SKIP_ENTRY_METHODS = frozenset({"forward", "__repr__", "__str__", "extra_repr", "__len__", "__getitem__"})
+
+
+# the children of an expression that can hold calls (decided once per node type: isinstance on
+# libcst's abstract base classes is slow)
+_EXPRESSION_PARTS = (
+    cst.BaseExpression, cst.Arg, cst.BaseElement, cst.BaseDictElement, cst.CompFor, cst.CompIf,
+    cst.SubscriptElement, cst.BaseSlice, cst.ComparisonTarget, cst.FormattedStringExpression,
+)
+_EXPRESSION_PART: dict[type, bool] = {}
+# nodes whose text is their `value` when they have no parentheses
+_ATOMS = frozenset({cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Imaginary})
+# expressions without calls to visit (literals and names), or whose calls run later (definitions)
+_OPAQUE_EXPRESSIONS = frozenset({
+    cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Ellipsis, cst.Imaginary,
+    cst.Lambda, cst.FunctionDef, cst.ClassDef,
+})
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    return dotted(node)
+
+
+def _body(node: cst.BaseSuite) -> list:
+    return list(node.body)
+
+
+def _string(node: cst.BaseExpression | None) -> str | None:
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        try:
+            value = node.evaluated_value
+        except Exception:  # noqa: BLE001 - odd literals are simply not understood
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _kw(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    return None
+
+
+def _positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
+    i = 0
+    for arg in call.args:
+        if arg.keyword is None and not arg.star:
+            if i == index:
+                return arg.value
+            i += 1
+    return None
+
+
+def _literal_bool(node: cst.BaseExpression | None) -> bool | None:
+    if type(node) is cst.Name and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def _walk_statements(stmt: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Statements nested in compound statements (not into functions or classes)."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine)):
+            continue
+        for child in child_nodes(node):
+            if isinstance(child, (cst.BaseSuite, cst.BaseStatement, cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
+                stack.append(child)
+            elif isinstance(child, cst.CSTNode) and hasattr(child, "body") and not isinstance(child, cst.BaseExpression):
+                stack.append(child)
+
+
+def _is_none(node: cst.CSTNode | None) -> bool:
+    return type(node) is cst.Name and node.value == "None"
+
+
+def _index(node: cst.Subscript) -> cst.BaseExpression | None:
+    if len(node.slice) == 1 and type(node.slice[0].slice) is cst.Index:
+        return node.slice[0].slice.value
+    return None
+
+
+def _target_names(node: cst.CSTNode) -> list[str]:
+    if type(node) is cst.Name:
+        return [node.value]
+    if isinstance(node, (cst.Tuple, cst.List)):
+        out: list[str] = []
+        for el in node.elements:
+            out.extend(_target_names(el.value))
+        return out
+    if type(node) is cst.StarredElement:
+        return _target_names(node.value)
+    return []
+
+
+def _divides(node: cst.CSTNode) -> bool:
+    """Is a loss expression divided (by an accumulation count or anything else)?"""
+    if type(node) is cst.BinaryOperation:
+        if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
+            return True
+        if type(node.operator) is cst.Multiply:
+            return _is_fraction(node.left) or _is_fraction(node.right) or _divides(node.left) or _divides(node.right)
+        return _divides(node.left) and _divides(node.right)
+    if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in ("div", "div_"):
+        return True
+    if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "mean":
+        # the mean over micro-batch losses: torch.stack(losses).mean()
+        inner = node.func.value
+        return type(inner) is cst.Call and (_dotted(inner.func) or "").rsplit(".", 1)[-1] in ("stack", "cat", "tensor")
+    if type(node) is cst.Call and (_dotted(node.func) or "").rsplit(".", 1)[-1] == "mean":
+        return bool(node.args) and isinstance(node.args[0].value, (cst.List, cst.ListComp, cst.Call))
+    return False
+
+
+def _is_fraction(node: cst.CSTNode) -> bool:
+    if type(node) is cst.Float:
+        try:
+            return float(node.value) < 1.0
+        except ValueError:
+            return False
+    return type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide
+
+
+def _split_of(name: str) -> str | None:
+    last = name.rsplit(".", 1)[-1].lower()
+    if re.search(r"val|valid|eval|test|dev|holdout", last):
+        return "eval"
+    if "train" in last:
+        return "train"
+    return None
+
+
+def _recv_name(func: cst.BaseExpression) -> str | None:
+    if type(func) is cst.Attribute:
+        return _dotted(func.value)
+    return None
+
+
+def _text_or(unit: _Unit, node: cst.CSTNode | None) -> str:
+    return unit.text(node) if node is not None else ""
+
+
+def _is_ema_helper(fdef: cst.FunctionDef) -> bool:
+    """A project helper like `update_ema(ema, model, decay)` that averages weights."""
+    name = fdef.name.value.lower()
+    if not re.search(r"(^|_)(ema|swa|moving_average|average)(_|$)|ema$|^ema", name):
+        return False
+    code = cst.Module(body=[]).code_for_node(fdef.body)
+    return bool(re.search(r"\.(lerp_|mul_|add_|copy_)\(|\blerp\(", code))
+
+
+def _yielded_param(fdef: cst.FunctionDef) -> int | None:
+    """The index of the parameter a generator hands on item by item (`yield from dl`, or
+    `for b in dl: yield b`), else None."""
+    names = [p.name.value for p in (*fdef.params.posonly_params, *fdef.params.params)]
+    for node in _walk_nodes(fdef.body):
+        if type(node) is cst.Yield and type(node.value) is cst.From:
+            inner = node.value.item
+            if type(inner) is cst.Name and inner.value in names:
+                return names.index(inner.value)
+        if type(node) is cst.For and type(node.iter) is cst.Name and node.iter.value in names:
+            if any(type(n) is cst.Yield for n in _walk_nodes(node.body)):
+                return names.index(node.iter.value)
+    return None
+
+
+def _walk_nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under `root`, not entering nested functions or classes."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in child_nodes(node) if type(c) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda))

@@ -1,0 +1,178 @@
+"""After the walk: roles settled from all the evidence, events given their roles, loops classified."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from loopcheck.lint.loopmodel.facts import (
+    Binding,
+    Event,
+    EventKind,
+    Loop,
+    LoopKind,
+    ModuleModel,
+    Role,
+    SchedulerCadence,
+)
+from loopcheck.lint.loopmodel.nodes import _split_of
+from loopcheck.lint.loopmodel.torch_api import _NAME_ROLES
+from loopcheck.lint.loopmodel.traces import _expand
+
+
+class BuilderResolution:
+    """The builder's part for after the walk."""
+
+
+    def finalize(self) -> ModuleModel:
+        self._resolve_roles()
+        for ev in self.pending:
+            self._resolve_event(ev)
+        for loop in self._all_loops():
+            loop.events = [e for e in loop.events if id(e) not in self.dropped]
+        events = [e for e in self.events if id(e) not in self.dropped]
+        self._classify_loops()
+        for loop in self._all_loops():
+            block = self.loop_blocks.get(id(loop), [])
+            expanded = _expand(block, self.dropped)
+            loop.traces = [evs for evs, _ in expanded]
+            loop.trace_ends = [end for _, end in expanded]
+        return ModuleModel(path=self.path, module=self.main.module, bindings=self.bindings, loops=self.loops, events=events)
+
+    def _all_loops(self) -> Iterator[Loop]:
+        for loop in self.loops:
+            yield from loop.walk()
+
+    def _resolve_roles(self) -> None:
+        for name, uses in self.usage.items():
+            if name in self.bindings or name == "None":
+                continue
+            role = None
+            if "scale" in uses or "unscale_" in uses:
+                role = Role.SCALER
+            elif "step" in uses and ("get_last_lr" in uses or "get_lr" in uses):
+                role = Role.SCHEDULER
+            elif "zero_grad" in uses and "step" in uses:
+                role = Role.OPTIMIZER
+            elif "update_parameters" in uses:
+                role = Role.EMA
+            elif "backward" in uses:
+                role = Role.LOSS
+            if role is not None:
+                self.bindings[name] = Binding(name=name, role=role, evidence="usage", path=self.candidates.get(name, self.path))
+        for opt in [b for b in self.bindings.values() if b.role is Role.OPTIMIZER]:
+            for owner in opt.detail.get("params_of", ()):
+                if owner not in self.bindings:
+                    self.bindings[owner] = Binding(name=owner, role=Role.MODEL, evidence="usage", path=opt.path)
+        for name, path in list(self.candidates.items()):
+            if name in self.bindings or name == "None":
+                continue
+            role = self.annotations.get(name)
+            evidence = "name"
+            if role is None:
+                last = name.rsplit(".", 1)[-1].lower()
+                for candidate, pattern in _NAME_ROLES:
+                    if pattern.search(last):
+                        role = candidate
+                        break
+            if role is None and self.usage.get(name, set()) & {"eval", "train", "forward"}:
+                role, evidence = Role.MODEL, "usage"
+            if role is not None:
+                self.bindings[name] = Binding(name=name, role=role, evidence=evidence, path=path)
+                if role is Role.LOADER:
+                    self.bindings[name].detail["split"] = _split_of(name)
+        for name, b in self.bindings.items():
+            if b.role is Role.SCHEDULER and b.cadence is None:
+                b.cadence = SchedulerCadence.UNKNOWN
+
+    def _resolve_event(self, ev: Event) -> None:
+        how = ev.detail.pop("_resolve", None)
+        role = self.bindings[ev.target].role if ev.target in self.bindings else None
+        if how == "forward":
+            if role not in (Role.MODEL, Role.EMA):
+                self.dropped.add(id(ev))
+        elif how == "step":
+            closure_events = ev.detail.pop("closure_events", [])
+            if role is Role.OPTIMIZER:
+                ev.kind = EventKind.STEP
+                closure = bool(ev.detail.get("closure"))
+                ev.detail = {"closure": closure, "closure_events": closure_events if closure else []}
+            elif role is Role.SCHEDULER:
+                ev.kind = EventKind.SCHED_STEP
+                ev.detail = {"args": ev.detail.get("args", []), "metric": ev.detail.get("metric", False)}
+            elif role is Role.SCALER:
+                ev.kind = EventKind.SCALER_STEP
+                ev.detail = {"optimizer": ev.detail.get("optimizer")}
+            elif role is Role.EMA:
+                ev.kind = EventKind.EMA_UPDATE
+                ev.detail = {"model": None}
+            else:
+                self.dropped.add(id(ev))
+            for inner in closure_events:
+                if ev.kind is not EventKind.STEP:
+                    self.dropped.add(id(inner))
+        elif how == "zero_grad":
+            if role is Role.OPTIMIZER:
+                ev.detail["form"] = "optimizer"
+            elif role in (Role.MODEL, Role.EMA, Role.CRITERION, None):
+                ev.detail["form"] = "model"
+            else:
+                self.dropped.add(id(ev))
+        elif how == "scale":
+            if role is not Role.SCALER:
+                self.dropped.add(id(ev))
+        elif how == "update":
+            if role is Role.SCALER:
+                ev.kind = EventKind.SCALER_UPDATE
+            elif role is Role.EMA:
+                ev.kind = EventKind.EMA_UPDATE
+                ev.detail["model"] = None
+            else:
+                self.dropped.add(id(ev))
+        elif how == "mode":
+            if role not in (Role.MODEL, Role.EMA, Role.CRITERION, None):
+                self.dropped.add(id(ev))
+            else:
+                ev.detail["frozen"] = ev.target in self.frozen
+        elif how == "set_epoch":
+            name = ev.target or ""
+            if name.endswith((".sampler", ".batch_sampler")):
+                loader, _, attr = name.rpartition(".")
+                b = self.bindings.get(loader)
+                if b is not None and isinstance(b.detail.get(attr), str):
+                    ev.target = b.detail[attr]
+        elif how == "save":
+            whole = ev.detail.pop("_whole", None)
+            if whole and whole in self.bindings and self.bindings[whole].role in (Role.MODEL, Role.EMA, Role.OPTIMIZER):
+                ev.detail["whole_object"] = whole
+
+    def _classify_loops(self) -> None:
+        has_backward: dict[int, bool] = {}
+        has_forward: dict[int, bool] = {}
+        has_step: dict[int, bool] = {}
+        for loop in self._all_loops():
+            kinds = {e.kind for e in loop.all_events()}
+            has_backward[id(loop)] = EventKind.BACKWARD in kinds
+            has_forward[id(loop)] = EventKind.FORWARD in kinds
+            has_step[id(loop)] = bool(kinds & {EventKind.STEP, EventKind.SCALER_STEP})
+        for loop in self._all_loops():
+            if has_backward[id(loop)] and not any(has_backward[id(c)] for c in loop.children):
+                loop.kind = LoopKind.BATCH
+        for loop in self._all_loops():
+            if loop.kind is LoopKind.BATCH:
+                continue
+            if any(c.kind is LoopKind.BATCH for c in loop.children):
+                loop.kind = LoopKind.EPOCH
+                continue
+            trains = any(e.kind is EventKind.ZERO_GRAD for e in loop.all_events()) or any(
+                self.bindings[n].role in (Role.OPTIMIZER, Role.SCALER, Role.LOSS)
+                for sub in loop.walk() for n in sub.escapes if n in self.bindings
+            )
+            if has_forward[id(loop)] and not has_backward[id(loop)] and not has_step[id(loop)] and not trains:
+                ancestor = loop.parent
+                inside_batch = False
+                while ancestor is not None:
+                    if ancestor.kind is LoopKind.BATCH:
+                        inside_batch = True
+                    ancestor = ancestor.parent
+                if not inside_batch:
+                    loop.kind = LoopKind.EVAL

@@ -1,0 +1,439 @@
+"""Statements: bodies, branches (folded when the test is constant), loops, with-blocks, assignments."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind
+from loopcheck.lint.loopmodel.frames import _Frame, _Value
+from loopcheck.lint.loopmodel.nodes import (
+    _dotted,
+    _index,
+    _is_none,
+    _kw,
+    _literal_bool,
+    _positional,
+    _string,
+    _target_names,
+    _yielded_param,
+)
+from loopcheck.lint.loopmodel.torch_api import LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
+from loopcheck.lint.loopmodel.units import _constant_truth
+from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
+
+
+class BuilderStatements:
+    """The builder's part for statements."""
+
+
+    def walk_body(self, stmts: list, frame: _Frame) -> None:
+        for stmt in stmts:
+            self.walk_stmt(stmt, frame)
+            if self.block and isinstance(self.block[-1], _Jump):
+                break
+
+    def walk_suite(self, suite: cst.BaseSuite, frame: _Frame) -> None:
+        if type(suite) is cst.SimpleStatementSuite:
+            for small in suite.body:
+                self.walk_small(small, frame)
+        else:
+            self.walk_body(list(suite.body), frame)
+
+    def sub_block(self, suite: cst.BaseSuite | None, frame: _Frame, guard: Guard | None = None) -> list:
+        self.blocks.append([])
+        if guard is not None:
+            self.guards.append(guard)
+        try:
+            if suite is not None:
+                self.walk_suite(suite, frame)
+        finally:
+            if guard is not None:
+                self.guards.pop()
+            block = self.blocks.pop()
+        return block
+
+    def walk_stmt(self, stmt: cst.CSTNode, frame: _Frame) -> None:
+        if type(stmt) is cst.SimpleStatementLine:
+            for small in stmt.body:
+                self.walk_small(small, frame)
+        elif type(stmt) is cst.If:
+            self.walk_if(stmt, frame)
+        elif isinstance(stmt, (cst.For, cst.While)):
+            self.walk_loop(stmt, frame)
+        elif type(stmt) is cst.With:
+            self.walk_with(stmt, frame)
+        elif isinstance(stmt, (cst.Try, cst.TryStar)):
+            body = self.sub_block(stmt.body, frame)
+            if stmt.orelse is not None:
+                self.blocks.append(body)
+                self.walk_suite(stmt.orelse.body, frame)
+                self.blocks.pop()
+            alts = [body] + [self.sub_block(h.body, frame) for h in stmt.handlers]
+            self.block.append(_Branch(alts))
+            if stmt.finalbody is not None:
+                self.walk_suite(stmt.finalbody.body, frame)
+        elif type(stmt) is cst.FunctionDef:
+            frame.local_funcs[stmt.name.value] = stmt
+        elif type(stmt) is cst.Match:
+            self.walk_expr(stmt.subject, frame)
+            self.block.append(_Branch([self.sub_block(case.body, frame) for case in stmt.cases] + [[]]))
+
+    def walk_if(self, stmt: cst.If, frame: _Frame) -> None:
+        self.walk_expr(stmt.test, frame)
+        known = self._truth(stmt.test, frame)
+        orelse = stmt.orelse
+        if self.transparent or known is not None:
+            if known is not False:
+                self.walk_suite(stmt.body, frame)
+            if known is not True and orelse is not None:
+                if type(orelse) is cst.If:
+                    self.walk_if(orelse, frame)
+                else:
+                    self.walk_suite(orelse.body, frame)
+            return
+        text = frame.unit.text(stmt.test)
+        accumulation = is_accumulation_test(text)
+        body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
+        negated = Guard(text, accumulation, negated=True)
+        self.blocks.append([])
+        self.guards.append(negated)
+        try:
+            if type(orelse) is cst.If:
+                self.walk_if(orelse, frame)
+            elif orelse is not None:
+                self.walk_suite(orelse.body, frame)
+        finally:
+            self.guards.pop()
+            other = self.blocks.pop()
+        self.block.append(_Branch([body, other]))
+
+    def _truth(self, test: cst.BaseExpression, frame: _Frame) -> bool | None:
+        """The value of a test that is constant: a literal (`if 0:`), a module-level flag bound
+        once to a constant (`if USE_AMP:`), or a parameter the caller left as None."""
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            inner = self._truth(test.expression, frame)
+            return None if inner is None else not inner
+        literal = _constant_truth(test)
+        if literal is not None:
+            return literal
+        if type(test) is cst.Name and test.value not in frame.env and test.value in frame.unit.flags:
+            return frame.unit.flags[test.value]
+        if isinstance(test, (cst.Name, cst.Attribute)):
+            return _CONSTANTS.get(self.canon(test, frame) or "")
+        if type(test) is cst.Comparison and len(test.comparisons) == 1:
+            comp = test.comparisons[0]
+            if _is_none(comp.comparator) and isinstance(test.left, (cst.Name, cst.Attribute)) and self.canon(test.left, frame) == "None":
+                if type(comp.operator) is cst.Is:
+                    return True
+                if type(comp.operator) is cst.IsNot:
+                    return False
+        return None
+
+    def _param_loop_owner(self, iter_node: cst.BaseExpression, frame: _Frame, depth: int = 0) -> tuple[bool, str | None]:
+        """Is this a loop over parameters (p.grad = None idioms)? And whose parameters?"""
+        node = iter_node
+        while type(node) is cst.Call and _dotted(node.func) in ("zip", "enumerate", "list", "filter", "tqdm"):
+            node = node.args[-1].value if node.args else node
+            if type(node) is cst.Call and _dotted(node.func) in ("zip", "enumerate", "list", "filter", "tqdm"):
+                continue
+            break
+        if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in _PARAM_METHODS:
+            return True, self.target(node.func.value, frame)
+        if type(node) is cst.Attribute and node.attr.value == "param_groups":
+            return True, self.target(node.value, frame)
+        if type(node) is cst.Subscript and _string(_index(node)) == "params":
+            owner = self.canon(node.value, frame)
+            return True, self.param_owner.get(owner or "", None)
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            name = self.canon(node, frame)
+            if name is not None and name in self.param_owner:
+                return True, self.param_owner[name]
+            if name is not None and name in self.assigned and depth < 2:
+                # params = list(model.parameters()); for p in params: ...
+                return self._param_loop_owner(self.assigned[name][1], frame, depth + 1)
+        if type(node) is cst.ListComp:  # [p for p in model.parameters() if p.requires_grad]
+            return self._param_loop_owner(node.for_in.iter, frame, depth + 1)
+        return False, None
+
+    def walk_loop(self, stmt: cst.For | cst.While, frame: _Frame) -> None:
+        if type(stmt) is cst.For:
+            self.walk_expr(stmt.iter, frame)
+            is_params, owner = self._param_loop_owner(stmt.iter, frame)
+            if is_params or self.transparent:
+                for name in _target_names(stmt.target):
+                    frame.env[name] = name
+                    self.param_owner[name] = owner
+                self.transparent += 1
+                try:
+                    self.walk_suite(stmt.body, frame)
+                finally:
+                    self.transparent -= 1
+                return
+            for name in _target_names(stmt.target):
+                frame.env[name] = name
+                self.param_owner.pop(name, None)
+            iter_node = stmt.iter
+        else:
+            iter_node = stmt.test
+        parent = self.loop_stack[-1] if self.loop_stack else None
+        loop = Loop(kind=LoopKind.OTHER, node=stmt, path=frame.unit.path, module=frame.unit.module, parent=parent, via=frame.via,
+                    iter_text=frame.unit.text(iter_node))
+        loop.loader = self._loader_of(iter_node, frame) if type(stmt) is cst.For else None
+        if loop.loader:
+            self.candidates.setdefault(loop.loader, frame.unit.path)
+        (parent.children if parent is not None else self.loops).append(loop)
+        self.block.append(_LoopRef(loop))
+        saved_guards = self.guards
+        self.guards = []
+        self.loop_stack.append(loop)
+        self.blocks.append([])
+        try:
+            if type(stmt) is cst.While:
+                self.walk_expr(stmt.test, frame)
+            self.walk_suite(stmt.body, frame)
+        finally:
+            self.loop_blocks[id(loop)] = self.blocks.pop()
+            self.loop_stack.pop()
+            self.guards = saved_guards
+        if stmt.orelse is not None:
+            self.walk_suite(stmt.orelse.body, frame)
+
+    def _loader_of(self, node: cst.BaseExpression, frame: _Frame, depth: int = 0) -> str | None:
+        """The loader a `for` iterates, through the wrappers that hand its batches on: `tqdm`,
+        `enumerate`, `zip(range(n), loader)`, `itertools.islice/cycle/chain`, a logger's
+        `log_every(loader, ...)`, or a project generator (`def forever(dl): while True: yield from dl`)."""
+        if depth > 4:
+            return None
+        if type(node) is cst.Call:
+            name = _dotted(node.func) or ""
+            last = name.rsplit(".", 1)[-1]
+            args = [a.value for a in node.args if a.keyword is None and not a.star]
+            if not args:
+                return None
+            if last in LOADER_WRAPPERS_ANY:
+                return next(filter(None, (self._loader_of(a, frame, depth + 1) for a in args)), None)
+            if last in LOADER_WRAPPERS:
+                return self._loader_of(args[0], frame, depth + 1)
+            generator = frame.unit.lookup_function(name) if name else None
+            if generator is not None:
+                index = _yielded_param(generator[0])
+                if index is not None and index < len(args):
+                    return self._loader_of(args[index], frame, depth + 1)
+            return None
+        name = self.canon(node, frame)
+        if name is None:
+            return None
+        return self.iter_of.get(name, name)
+
+    def walk_with(self, stmt: cst.With, frame: _Frame) -> None:
+        saved = (frame.no_grad, frame.autocast, frame.grad_conditional)
+        try:
+            for item in stmt.items:
+                self.walk_expr(item.item, frame)
+                self._enter_context(item.item, item.item, frame)
+                if item.asname is not None:
+                    for name in _target_names(item.asname.name):
+                        frame.env[name] = name
+            self.walk_suite(stmt.body, frame)
+        finally:
+            frame.no_grad, frame.autocast, frame.grad_conditional = saved
+
+    def _enter_context(self, expr: cst.BaseExpression, node: cst.CSTNode, frame: _Frame) -> None:
+        if type(expr) is not cst.Call:
+            return
+        qual = frame.unit.qualify(expr.func) or ""
+        last = qual.rsplit(".", 1)[-1]
+        if last in ("no_grad", "inference_mode"):
+            if last == "inference_mode" and _literal_bool(_positional(expr, 0) or _kw(expr, "mode")) is False:
+                return
+            frame.no_grad = True
+            self.event(EventKind.NO_GRAD, None, node, frame, form=last)
+        elif last == "set_grad_enabled":
+            value = _literal_bool(_positional(expr, 0) or _kw(expr, "mode"))
+            if value is False:
+                frame.no_grad = True
+                self.event(EventKind.NO_GRAD, None, node, frame, form="set_grad_enabled")
+            elif value is True:
+                frame.no_grad = False
+            else:
+                frame.grad_conditional = True
+        elif last == "enable_grad":
+            frame.no_grad = False
+        elif last == "autocast":
+            enabled = _literal_bool(_kw(expr, "enabled"))
+            if enabled is not False:
+                frame.autocast = True
+
+
+    def walk_small(self, small: cst.BaseSmallStatement, frame: _Frame) -> None:
+        if type(small) is cst.Expr:
+            self.walk_expr(small.value, frame)
+            if type(small.value) is cst.Call:
+                # `torch.set_grad_enabled(False)` as a statement switches grad off for what follows
+                qual = frame.unit.qualify(small.value.func) or ""
+                if qual.endswith("set_grad_enabled"):
+                    self._enter_context(small.value, small, frame)
+        elif type(small) is cst.Assign:
+            self.walk_expr(small.value, frame)
+            for target in small.targets:
+                self.assign(target.target, small.value, frame, small)
+        elif type(small) is cst.AnnAssign:
+            if small.value is not None:
+                self.walk_expr(small.value, frame)
+                self.assign(small.target, small.value, frame, small)
+            self._annotate(small.target, small.annotation.annotation, frame)
+        elif type(small) is cst.AugAssign:
+            self.walk_expr(small.value, frame)
+            name = self.canon(small.target, frame)
+            if name is not None and isinstance(small.operator, (cst.DivideAssign, cst.FloorDivideAssign)):
+                self.divided[name] = True
+        elif type(small) is cst.Return:
+            if small.value is not None:
+                self.walk_expr(small.value, frame)
+                frame.returns.append(self.value_of(small.value, frame))
+            self.block.append(_Jump("return"))
+        elif isinstance(small, (cst.Continue, cst.Break)):
+            if not self.transparent:
+                self.block.append(_Jump("continue" if type(small) is cst.Continue else "break"))
+        elif type(small) is cst.Raise:
+            if small.exc is not None:
+                self.walk_expr(small.exc, frame)
+            if not self.transparent:
+                self.block.append(_Jump("raise"))
+        elif isinstance(small, (cst.Import, cst.ImportFrom)):
+            frame.unit.add_import(small)
+
+    def _annotate(self, target: cst.BaseExpression, annotation: cst.BaseExpression, frame: _Frame) -> None:
+        name = self.canon(target, frame)
+        text = frame.unit.qualify(annotation) if isinstance(annotation, (cst.Name, cst.Attribute)) else None
+        if name and text:
+            for pattern, role in _ANNOTATION_ROLES:
+                if pattern.search(text):
+                    self.annotations.setdefault(name, role)
+                    self.candidates.setdefault(name, frame.unit.path)
+                    break
+
+
+    def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, frame: _Frame, stmt: cst.CSTNode) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            val = self.value_of(value, frame)
+            elems = [e.value for e in target.elements]
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elems):
+                for t, v in zip(elems, value.elements):
+                    self.assign(t, v.value, frame, stmt)
+                return
+            for i, t in enumerate(elems):
+                sub = val.elems[i] if val.elems is not None and i < len(val.elems) else _Value()
+                self._assign_value(t, sub, None, frame)
+            return
+        if type(target) is cst.Subscript:
+            base = self.canon(target.value, frame)
+            key = _string(_index(target))
+            if base is not None and base in self.dicts:
+                self._put(self.dicts[base], key, value, frame)
+            return
+        if type(target) is cst.Attribute and target.attr.value == "grad":
+            if _is_none(value) or (type(value) is cst.Call and (_dotted(value.func) or "").endswith("zeros_like")):
+                owner = self._grad_owner(target.value, frame)
+                self.event(EventKind.ZERO_GRAD, owner, stmt, frame, form="grad_none" if _is_none(value) else "grad_zero",
+                           set_to_none=_is_none(value))
+            return
+        if type(target) is cst.Attribute and target.attr.value == "requires_grad":
+            if _literal_bool(value) is False:
+                owner = self._grad_owner(target.value, frame)
+                if owner:
+                    self.frozen.add(owner)
+            return
+        self._assign_value(target, self.value_of(value, frame), value, frame)
+
+    def _assign_value(self, target: cst.BaseExpression, val: _Value, value: cst.BaseExpression | None, frame: _Frame) -> None:
+        if type(target) is cst.Name:
+            name = target.value
+            tc = name
+            known = None
+            if isinstance(value, (cst.Comparison, cst.UnaryOperation)) or (
+                type(value) is cst.Name and value.value not in _CONSTANTS
+            ):
+                known = self._truth(value, frame)
+            if known is not None:  # `training = optimizer is not None` with optimizer left as None
+                frame.env[name] = "True" if known else "False"
+                return
+        else:
+            tc = self.canon(target, frame)
+            if tc is None:
+                return
+            name = None
+        bound = False
+        if value is not None:
+            scoped = self._scoped(tc, frame)
+            built = val.built if val.built is not None and val.built[0] is not value else None
+            if self._bind_ctor(scoped, value, frame) or (built is not None and self._bind_ctor(scoped, *built)):
+                # the constructor here, or the one a helper returns (`self.optimizer = self.build_optimizer()`)
+                self.binding_scope[scoped] = self._scope(tc, frame)
+                tc, bound = scoped, True
+        if bound:
+            if name is not None:
+                frame.env[name] = tc
+            self.assigned[tc] = (frame.unit, value)
+            self.divided[tc] = False
+            self.dicts.pop(tc, None)
+            return
+        if val.canon is not None and val.canon != tc and val.canon != "None":
+            if name is not None:
+                frame.env[name] = val.canon  # an alias: one object, one name
+            else:
+                src = self.bindings.get(val.canon)
+                if src is not None:
+                    self.bindings[tc] = Binding(name=tc, role=src.role, cls=src.cls, qualified=src.qualified,
+                                                call=src.call, cadence=src.cadence, evidence=src.evidence,
+                                                path=src.path, detail=dict(src.detail), node=src.node, module=src.module)
+                else:
+                    self.usage.setdefault(tc, set()).add("alias:" + val.canon)
+                if val.canon in self.instances:
+                    self.instances[tc] = self.instances[val.canon]
+                if val.canon in self.dicts:
+                    self.dicts[tc] = self.dicts[val.canon]
+                if val.canon in self.iter_of:
+                    self.iter_of[tc] = self.iter_of[val.canon]
+            return
+        if name is not None:
+            frame.env[name] = tc
+        if val.dict is not None:
+            self.dicts[tc] = val.dict.copy()
+        else:
+            self.dicts.pop(tc, None)
+        self.divided[tc] = val.divided
+        if value is not None:
+            self.assigned[tc] = (frame.unit, value)
+            if type(value) is cst.Call:
+                fn = _dotted(value.func) or ""
+                if fn in ("iter", "cycle") or fn.endswith(".cycle") or fn.endswith("_iter"):
+                    loader = self._loader_of(value, frame)
+                    if loader:
+                        self.iter_of[tc] = loader
+                cls = self._project_class(value.func, frame)
+                if cls is not None and cls.kind() is None:
+                    self.instances[tc] = cls
+
+    def _scope(self, tc: str, frame: _Frame) -> str:
+        if tc.startswith("self.") and frame.cls is not None:
+            return frame.cls.name
+        return frame.name if frame.depth or frame.name != "<module>" else "<module>"
+
+    def _scoped(self, tc: str, frame: _Frame) -> str:
+        """The canonical name for a new object bound to `tc` here: `tc`, unless another scope
+        already bound a different object to the same name (two functions each building their
+        own `scheduler`), then `tc@function`."""
+        existing = self.binding_scope.get(tc)
+        scope = self._scope(tc, frame)
+        if existing is None or existing == scope or "." in tc and not tc.startswith("self."):
+            return tc
+        return f"{tc}@{scope}"
+
+    def _grad_owner(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
+        name = self.canon(node, frame)
+        if name is None:
+            return None
+        if name in self.param_owner:
+            return self.param_owner[name]
+        return name.split(".")[0] if "." in name else None

@@ -1,0 +1,149 @@
+"""What loopcheck knows about PyTorch and its ecosystem, as tables: optimizer, scheduler, EMA
+and wrapper classes, the names and annotations that reveal a role, the cadence a scheduler is
+sized for, what an accumulation guard looks like, and which method calls are events."""
+
+from __future__ import annotations
+
+import builtins
+import re
+
+from loopcheck.lint.loopmodel.facts import Role, SchedulerCadence
+
+
+OPTIMIZER_CLASSES = frozenset(
+    {
+        "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "ASGD", "NAdam",
+        "RAdam", "LBFGS", "SparseAdam", "Lion", "Adafactor", "LAMB", "Lamb", "FusedAdam", "FusedLAMB",
+        "FusedSGD", "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "PagedAdamW32bit",
+        "SGD8bit", "Lion8bit", "AdaBelief", "Ranger", "Adan", "Sophia", "ZeroRedundancyOptimizer",
+        "Muon", "Shampoo", "Lookahead", "create_optimizer_v2", "create_optimizer",
+    }
+)
+SCHEDULER_CLASSES = frozenset(
+    {
+        "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR",
+        "ExponentialLR", "SequentialLR", "CosineAnnealingLR", "ChainedScheduler", "ReduceLROnPlateau",
+        "CyclicLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR", "SWALR",
+        "CosineLRScheduler", "StepLRScheduler", "PlateauLRScheduler", "WarmupCosineSchedule",
+    }
+)
+EMA_CLASSES = frozenset(
+    {"AveragedModel", "ModelEma", "ModelEmaV2", "ModelEmaV3", "ExponentialMovingAverage", "EMA", "EMAModel"}
+)
+WRAPPERS = frozenset(
+    {"DDP", "DistributedDataParallel", "DataParallel", "FSDP", "FullyShardedDataParallel", "compile"}
+)
+# calls that iterate their first argument and hand its items on (progress bars, loggers, prefetchers)
+LOADER_WRAPPERS = frozenset({
+    "enumerate", "tqdm", "iter", "islice", "trange", "track", "prefetch", "cycle", "log_every", "progress",
+    "BackgroundGenerator", "DataPrefetcher", "CudaPrefetcher", "prefetcher", "Prefetcher", "repeat_loader",
+    "infinite_loader", "auto_tqdm", "rich_progress",
+})
+# calls that iterate each of their arguments (`zip(range(steps), loader)`)
+LOADER_WRAPPERS_ANY = frozenset({"zip", "chain", "zip_longest", "product"})
+_MOVE_METHODS = frozenset(
+    {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "to_empty", "train", "eval", "requires_grad_"}
+)
+_PARAM_METHODS = frozenset({"parameters", "named_parameters"})
+_EMA_RE = re.compile(r"EMA|(?:^|[a-z_])Ema(?=[A-Z0-9_]|$)")
+
+_NAME_ROLES: tuple[tuple[Role, re.Pattern[str]], ...] = (
+    (Role.EMA, re.compile(r"^(ema|ema_model|model_ema|ema_net|swa_model|averaged_model|ema_\w+|\w+_ema)$")),
+    (Role.SCHEDULER, re.compile(
+        r"^(sched|scheduler|lr_scheduler|lr_sched|warmup_scheduler)(_?[a-z]|_\w+)?$|_(sched|scheduler)$")),
+    (Role.SCALER, re.compile(r"^(scaler|grad_scaler|amp_scaler|loss_scaler)$|_scaler$")),
+    (Role.OPTIMIZER, re.compile(r"^(opt|optim|optimi[sz]er)(_?[a-z]|_?\d+|_\w+)?$|_(opt|optim|optimi[sz]er)$")),
+    (Role.LOADER, re.compile(r"^(loader|dataloader|dl)$|(_loader|_dataloader|_dl|loader)$")),
+    (Role.SAMPLER, re.compile(r"sampler$")),
+    (Role.CRITERION, re.compile(r"^(criterion|loss_fn|loss_func|loss_function|criterion_\w+|\w+_criterion)$")),
+    (Role.MODEL, re.compile(
+        r"^(model|net|network|backbone|generator|discriminator|encoder|decoder|student|teacher|"
+        r"classifier|net_?[dg]|model_?[a-z0-9]|model_\w+|\w+_model|\w+_net)$")),
+)
+
+_ANNOTATION_ROLES = (
+    (re.compile(r"(^|\.)(_?LRScheduler|ReduceLROnPlateau|LambdaLR|OneCycleLR)$"), Role.SCHEDULER),
+    (re.compile(r"(^|\.)Optimizer$"), Role.OPTIMIZER),
+    (re.compile(r"(^|\.)GradScaler$"), Role.SCALER),
+    (re.compile(r"(^|\.)DataLoader$"), Role.LOADER),
+    (re.compile(r"(^|\.)(Module|DistributedDataParallel|DDP|PreTrainedModel)$"), Role.MODEL),
+    (re.compile(r"(^|\.)(AveragedModel|ModelEma\w*|EMA\w*)$"), Role.EMA),
+)
+
+_STEP_TOKENS = re.compile(
+    r"len\(\s*[\w.]*(loader|dl|data|dataset|batches)[\w.]*\s*\)|total_steps|num_training_steps|steps_per_epoch|"
+    r"max_steps|num_warmup_steps|warmup_steps|training_steps|train_steps|total_iters|max_iters?\b|num_iters|"
+    r"iterations|num_steps|n_steps|total_step|iters_per_epoch|num_update_steps|updates_per_epoch",
+    re.I,
+)
+_EPOCH_TOKENS = re.compile(r"epochs?\b|n_epoch|num_epoch|max_epoch", re.I)
+
+_ACCUM_NAME = re.compile(r"accum|grad_acc|accumulat|update_freq|sync_grad|sync_context|is_update_step|should_step|do_step|optimizer_step|micro", re.I)
+_NOT_ACCUM = re.compile(r"log|print|eval|val|save|ckpt|checkpoint|report|display|vis|plot|sample|summary|test|write|snapshot|show|verbose", re.I)
+
+
+def scheduler_cadence(cls: str | None, qualified: str | None, args_text: str, lambda_text: str = "") -> SchedulerCadence:
+    """The cadence a schedule is sized for, from its class and constructor arguments (values only)."""
+    cls = cls or ""
+    if cls == "ReduceLROnPlateau" or cls == "PlateauLRScheduler":
+        return SchedulerCadence.METRIC
+    if cls == "CosineAnnealingWarmRestarts":
+        return SchedulerCadence.UNKNOWN
+    if cls in ("OneCycleLR", "CyclicLR") or re.match(r"get_\w*schedule", cls) or cls == "get_scheduler":
+        return SchedulerCadence.PER_STEP
+    text = args_text + " " + lambda_text
+    if _STEP_TOKENS.search(text):
+        return SchedulerCadence.PER_STEP
+    if cls in ("StepLR", "MultiStepLR"):
+        numbers = [int(n) for n in re.findall(r"\b\d+\b", args_text)]
+        if any(n >= 500 for n in numbers):  # sized like optimizer steps, not epochs
+            return SchedulerCadence.UNKNOWN
+        return SchedulerCadence.PER_EPOCH
+    if cls == "ExponentialLR":
+        return SchedulerCadence.PER_EPOCH
+    if _EPOCH_TOKENS.search(text) and cls not in ("SequentialLR", "ChainedScheduler", "SWALR"):
+        return SchedulerCadence.PER_EPOCH
+    return SchedulerCadence.UNKNOWN
+
+
+def is_accumulation_test(text: str) -> bool:
+    """Does an `if` test look like an every-k-micro-batches (gradient accumulation) guard?"""
+    if "%" in text:
+        for match in re.finditer(r"%\s*\(?\s*([\w.]+)", text):
+            modulus = match.group(1)
+            if _NOT_ACCUM.search(modulus):
+                continue
+            if _ACCUM_NAME.search(modulus) or re.fullmatch(r"\d+|k|n|[\w.]*(freq|every|steps?|iters?|interval)\w*", modulus):
+                return True
+        return bool(_ACCUM_NAME.search(text)) and not _NOT_ACCUM.search(text.split("%")[-1])
+    return bool(_ACCUM_NAME.search(text)) and not _NOT_ACCUM.search(text)
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+_CONSTANTS = {"None": False, "False": False, "True": True}
+_TENSOR_METHODS = frozenset({
+    "mean", "sum", "float", "double", "half", "item", "view", "reshape", "squeeze", "unsqueeze", "to", "detach",
+    "clone", "contiguous", "flatten", "backward", "abs", "pow", "sqrt", "exp", "log", "norm", "cpu", "cuda",
+})
+
+
+# method name -> the builder method that turns such a call into events
+METHOD_EVENTS = {
+    "zero_grad": "_m_zero_grad",
+    "zero_": "_m_zero_",
+    "backward": "_m_backward",
+    "manual_backward": "_m_backward",
+    "step": "_m_step",
+    "scale": "_m_scale",
+    "unscale_": "_m_unscale",
+    "update": "_m_update",
+    "update_parameters": "_m_update_parameters",
+    "train": "_m_mode",
+    "eval": "_m_mode",
+    "forward": "_m_forward",
+    "set_epoch": "_m_set_epoch",
+    "load_state_dict": "_m_load_state_dict",
+    "requires_grad_": "_m_requires_grad_",
+}

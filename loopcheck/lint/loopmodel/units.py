@@ -1,0 +1,273 @@
+"""One parsed file as the builder sees it: its imports, top-level functions and classes, and the
+project modules it reaches (loaded through the run's project)."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from loopcheck.lint.loopmodel.facts import Role
+from loopcheck.lint.loopmodel.nodes import _ATOMS, _dotted, _walk_statements
+from loopcheck.lint.loopmodel.torch_api import EMA_CLASSES, OPTIMIZER_CLASSES, SCHEDULER_CLASSES, _EMA_RE
+
+if TYPE_CHECKING:
+    from loopcheck.lint.loopmodel.builder import _Builder
+
+
+class _Class:
+    def __init__(self, name: str, node: cst.ClassDef, unit: "_Unit") -> None:
+        self.name = name
+        self.node = node
+        self.unit = unit
+        self.bases = [b for b in (_dotted(a.value) for a in node.bases if not a.keyword) if b]
+        self.methods: dict[str, cst.FunctionDef] = {}
+        for stmt in node.body.body:
+            if type(stmt) is cst.FunctionDef:
+                self.methods[stmt.name.value] = stmt
+
+    def base_classes(self, seen: set[int] | None = None) -> list["_Class"]:
+        seen = seen if seen is not None else {id(self)}
+        out: list[_Class] = []
+        for base in self.bases:
+            found = self.unit.lookup_class(base)
+            if found is not None and id(found) not in seen:
+                seen.add(id(found))
+                out.append(found)
+                out.extend(found.base_classes(seen))
+        return out
+
+    def method(self, name: str) -> tuple[cst.FunctionDef, "_Class"] | None:
+        if name in self.methods:
+            return self.methods[name], self
+        for base in self.base_classes():
+            if name in base.methods:
+                return base.methods[name], base
+        return None
+
+    def _all_bases(self) -> list[str]:
+        names = list(self.bases)
+        for base in self.base_classes():
+            names.extend(base.bases)
+        return names
+
+    def kind(self) -> Role | None:
+        """The role an instance of this class plays, when the class says so."""
+        names = [self.name] + self._all_bases()
+        lasts = [n.rsplit(".", 1)[-1] for n in names]
+        if any(_EMA_RE.search(n) or n in EMA_CLASSES for n in lasts):
+            return Role.EMA
+        if any(n in ("Optimizer",) or n in OPTIMIZER_CLASSES for n in lasts[1:]):
+            return Role.OPTIMIZER
+        if any(n in ("_LRScheduler", "LRScheduler") or n in SCHEDULER_CLASSES for n in lasts[1:]):
+            return Role.SCHEDULER
+        if any(n in ("Module", "Sequential", "ModuleList", "PreTrainedModel", "LightningModule") for n in lasts[1:]):
+            return Role.CRITERION if self.name.endswith("Loss") else Role.MODEL
+        return None
+
+
+def _constant_truth(node: cst.BaseExpression | None) -> bool | None:
+    """The truth of a literal constant (`True`, `False`, `None`, `0`, `1`), else None."""
+    if type(node) is cst.Name and node.value in ("True", "False", "None"):  # type: ignore[union-attr]
+        return node.value == "True"  # type: ignore[union-attr]
+    if type(node) is cst.Integer:
+        try:
+            return int(node.value.replace("_", ""), 0) != 0  # type: ignore[union-attr]
+        except ValueError:
+            return None
+    return None
+
+
+class _Unit:
+    """One parsed file: its imports, top-level functions and classes."""
+
+    def __init__(self, path: str, module: cst.Module, builder: "_Builder") -> None:
+        self.path = path
+        self.module = module
+        self.builder = builder
+        self.imports: dict[str, str] = {}  # local name -> dotted origin ("optim" -> "torch.optim")
+        self.local_imports: dict[str, tuple[str, str | None, int]] = {}  # name -> (module, attr, level)
+        self.functions: dict[str, cst.FunctionDef] = {}
+        self.classes: dict[str, _Class] = {}
+        self._units: dict[tuple[str, int], "_Unit | None"] = {}
+        self.top_level: list[cst.BaseStatement] = []
+        for stmt in module.body:
+            self._index(stmt, top=True)
+
+    def _index(self, stmt: cst.CSTNode, top: bool) -> None:
+        if type(stmt) is cst.FunctionDef:
+            self.functions.setdefault(stmt.name.value, stmt)
+        elif type(stmt) is cst.ClassDef:
+            self.classes.setdefault(stmt.name.value, _Class(stmt.name.value, stmt, self))
+        elif type(stmt) is cst.SimpleStatementLine:
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    self.add_import(small)
+            if top:
+                self.top_level.append(stmt)
+        elif isinstance(stmt, (cst.If, cst.Try)) and top:
+            # imports guarded by try/except ImportError or `if TYPE_CHECKING` still name modules
+            for inner in _walk_statements(stmt):
+                if type(inner) is cst.SimpleStatementLine:
+                    for small in inner.body:
+                        if isinstance(small, (cst.Import, cst.ImportFrom)):
+                            self.add_import(small)
+            self.top_level.append(stmt)
+        elif top:
+            self.top_level.append(stmt)
+
+    @cached_property
+    def flags(self) -> dict[str, bool]:
+        """Module-level names bound once to a constant (`USE_AMP = False`, `DEBUG = 0`) and never
+        rebound (no other top-level assignment, no `global`): tests on them are folded."""
+        found: dict[str, bool] = {}
+        seen: set[str] = set()
+        for stmt in self.module.body:
+            for inner in _walk_statements(stmt):
+                if type(inner) is not cst.SimpleStatementLine:
+                    continue
+                for small in inner.body:
+                    targets = []
+                    if type(small) is cst.Assign:
+                        targets = [t.target for t in small.targets]
+                    elif type(small) in (cst.AnnAssign, cst.AugAssign):
+                        targets = [small.target]  # type: ignore[attr-defined]
+                    for target in targets:
+                        name = target.value if type(target) is cst.Name else None
+                        if name is None:
+                            continue
+                        value = _constant_truth(getattr(small, "value", None)) if type(small) is not cst.AugAssign else None
+                        if name in seen or value is None or inner is not stmt:
+                            found.pop(name, None)
+                        else:
+                            found[name] = value
+                        seen.add(name)
+        if found and "global" in self._source():
+            text = self._source()
+            found = {n: v for n, v in found.items() if not re.search(rf"\bglobal\b[^\n]*\b{re.escape(n)}\b", text)}
+        return found
+
+    def _source(self) -> str:
+        from loopcheck.lint.positions import source_of
+
+        return source_of(self.module)
+
+    def add_import(self, node: cst.Import | cst.ImportFrom) -> None:
+        if type(node) is cst.Import:
+            for alias in node.names:
+                full = _dotted(alias.name) or ""
+                if alias.asname is not None and type(alias.asname.name) is cst.Name:
+                    local = alias.asname.name.value
+                    self.imports[local] = full
+                    self.local_imports[local] = (full, None, 0)
+                else:
+                    root = full.split(".")[0]
+                    self.imports[root] = root
+                    self.local_imports[root] = (root, None, 0)
+            return
+        level = len(node.relative)
+        module = _dotted(node.module) if node.module is not None else ""
+        if type(node.names) is cst.ImportStar:
+            return
+        for alias in node.names:
+            name = _dotted(alias.name) or ""
+            local = name
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
+                local = alias.asname.name.value
+            origin = f"{module}.{name}" if module else name
+            self.imports[local] = ("." * level) + origin if level else origin
+            self.local_imports[local] = (module or "", name, level)
+
+    def text(self, node: cst.CSTNode) -> str:
+        """Source text of a node of this file."""
+        if type(node) in _ATOMS and not node.lpar:  # type: ignore[attr-defined]
+            return node.value  # type: ignore[attr-defined]
+        if isinstance(node, (cst.BaseExpression, cst.Parameters)) and type(node) is not cst.StarredElement:
+            # these render exactly their source text (others may add a trailing comma)
+            return self.module.code_for_node(node).strip()
+        from loopcheck.lint.positions import positions_for
+
+        found = positions_for(self.module).text(node)
+        if found is None:
+            found = self.module.code_for_node(node)
+        return found.strip()
+
+    def qualify(self, node: cst.BaseExpression) -> str | None:
+        dotted = _dotted(node)
+        if dotted is None:
+            return None
+        root, _, rest = dotted.partition(".")
+        origin = self.imports.get(root)
+        if origin is None:
+            return dotted
+        return f"{origin}.{rest}" if rest else origin
+
+    def unit_for(self, module: str, level: int) -> "_Unit | None":
+        key = (module, level)
+        if key not in self._units:
+            self._units[key] = self.builder.load_unit(self.path, module, level)
+        return self._units[key]
+
+    def imported(self, name: str) -> tuple["_Unit", str | None] | None:
+        """(unit, attribute) for a local name imported from a project module."""
+        entry = self.local_imports.get(name)
+        if entry is None:
+            return None
+        module, attr, level = entry
+        if attr is None:
+            unit = self.unit_for(module, level)
+            return (unit, None) if unit is not None else None
+        unit = self.unit_for(module, level)
+        if unit is not None:
+            return unit, attr
+        # `from package import module`
+        sub = f"{module}.{attr}" if module else attr
+        unit = self.unit_for(sub, level)
+        return (unit, None) if unit is not None else None
+
+    def lookup_class(self, dotted: str) -> _Class | None:
+        if dotted in self.classes:
+            return self.classes[dotted]
+        root, _, rest = dotted.partition(".")
+        found = self.imported(root)
+        if found is None:
+            return None
+        unit, attr = found
+        if attr is not None and not rest:
+            return unit.classes.get(attr)
+        if attr is None and rest and "." not in rest:
+            return unit.classes.get(rest)
+        return None
+
+    def lookup_function(self, dotted: str) -> tuple[cst.FunctionDef, "_Unit"] | None:
+        if dotted in self.functions:
+            return self.functions[dotted], self
+        root, _, rest = dotted.partition(".")
+        found = self.imported(root)
+        if found is None:
+            return None
+        unit, attr = found
+        if attr is not None and not rest and attr in unit.functions:
+            return unit.functions[attr], unit
+        if attr is None and rest and "." not in rest and rest in unit.functions:
+            return unit.functions[rest], unit
+        return None
+
+
+_CALLED = re.compile(r"(?<![\w.])(?<!def )(?<!class )([A-Za-z_]\w*)\s*\(")  # `name(`, not `obj.name(` or `def name(`
+_SELF_CALL = re.compile(r"(?:self|cls|super\(\))\.([A-Za-z_]\w*)\s*\(")
+
+
+def _self_called(source: str) -> set[str]:
+    """Names called as `self.name(`, `cls.name(` or `super().name(`. The word boundary before
+    `self`/`cls` is checked by hand: a leading `\\b` makes the regex engine try every position."""
+    found: set[str] = set()
+    for match in _SELF_CALL.finditer(source):
+        start = match.start()
+        before = source[start - 1] if start else " "
+        if not source.startswith("super", start) and (before.isalnum() or before == "_"):
+            continue  # `myself.name(`: not `self`
+        found.add(match.group(1))
+    return found

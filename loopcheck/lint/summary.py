@@ -1,0 +1,84 @@
+"""Module summaries: what the rest of a project needs to know about a module without its tree.
+
+A summary is plain, picklable data read with the standard `ast` parser (several times cheaper
+than libcst, and only its statements are walked): the module's imports (for the import graph and
+the cache's dependencies), `__all__`, the functions and classes it defines, and the words of its
+text (for the cheap "could tracing from here ever meet a softmax?" tests). Whether a module must be parsed with
+libcst, and which files a cached result depends on, are decided from summaries alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    path: str
+    imports: tuple[tuple[str, int, tuple[str, ...]], ...]  # (module, level, imported names)
+    exports: tuple[str, ...] | None  # `__all__` when it is a literal list or tuple
+    functions: tuple[str, ...]  # top-level functions
+    classes: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]  # (name, bases, methods)
+    words: str = field(repr=False)  # every word of the text, lower case, space-separated
+
+    def import_targets(self) -> list[tuple[str, int]]:
+        """What an import may load: the module, and each imported name as a submodule
+        (`from . import engine`, `from pkg import engine`)."""
+        targets: dict[tuple[str, int], None] = {}
+        for module, level, names in self.imports:
+            if module or level:
+                targets[(module, level)] = None
+            for name in names:
+                if name != "*":
+                    targets[(f"{module}.{name}" if module else name, level)] = None
+        return list(targets)
+
+    def mentions_any(self, words: tuple[str, ...]) -> bool:
+        """Whether a word of the module's text contains one of `words` (lower case)."""
+        return any(word in self.words for word in words)
+
+
+def summarize(source: bytes, path: str) -> ModuleSummary | None:
+    """The summary of one module's source (None when Python cannot parse it)."""
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    imports: list[tuple[str, int, tuple[str, ...]]] = []
+    exports: tuple[str, ...] | None = None
+    # statements only (imports can sit in functions, classes, `if` and `try` bodies): an
+    # expression never holds one, so the much larger expression trees are never walked
+    stack: list[ast.stmt] = list(reversed(tree.body))
+    while stack:
+        stmt = stack.pop()
+        kind = type(stmt)
+        if kind is ast.Import:
+            imports.extend((alias.name, 0, ()) for alias in stmt.names)  # type: ignore[attr-defined]
+        elif kind is ast.ImportFrom:
+            names = tuple(alias.name for alias in stmt.names)  # type: ignore[attr-defined]
+            imports.append((stmt.module or "", stmt.level, names))  # type: ignore[attr-defined]
+        else:
+            for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
+                inner = getattr(stmt, attr, None)
+                if inner:
+                    stack.extend(reversed([s for s in inner if isinstance(s, (ast.stmt, ast.excepthandler, ast.match_case))]))  # type: ignore[misc]
+    functions: list[str] = []
+    classes: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.append(stmt.name)
+        elif isinstance(stmt, ast.ClassDef):
+            bases = tuple(ast.unparse(b) for b in stmt.bases)
+            methods = tuple(s.name for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)))
+            classes.append((stmt.name, bases, methods))
+        elif isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets):
+            if isinstance(stmt.value, (ast.List, ast.Tuple)):
+                exports = tuple(e.value for e in stmt.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    # every word of the text (comments and strings too): "may mention" is all the tests need
+    words = b" ".join(set(_WORD.findall(source))).decode("ascii").lower()
+    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), words)
+
+
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,0 +1,81 @@
+"""The server's one seam into the lint engine: diagnose a buffer, fix a buffer.
+
+Everything the server knows about findings comes through `diagnose` and `fix_all`; they apply a
+file's configuration exactly as `loopcheck lint` does (`command.apply_config`, `enabled_for`).
+
+Each buffer is checked through the run-long `Project` of its file's project root, the one the
+engine keeps per root: every module is parsed once and kept while its file (or open buffer) is
+unchanged, so an edit re-parses only the edited buffer. An open buffer whose text differs from
+the file on disk is an *overlay* of the project: the other files see the unsaved text, and
+`closed()` puts the file on disk back in its place. The files importing a buffer are analysed
+too (findings their models make in it are shown in it), as `loopcheck lint` does. Only findings
+located in the buffer itself are returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopcheck.findings import Finding
+from loopcheck.lint.command import apply_config, enabled_for
+from loopcheck.lint.config import Config
+from loopcheck.lint.output import FileError
+
+UNTITLED = "<untitled>"  # the engine's name for a buffer that is not a file: no local imports
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    findings: list[Finding]
+    errors: list[FileError]
+
+
+def _name(path: Path | None) -> str:
+    return str(path) if path is not None else UNTITLED
+
+
+def forget_imports() -> None:
+    """Files were created, renamed or deleted: every project resolves its imports afresh."""
+    from loopcheck.lint.engine import known_projects
+
+    for project in known_projects():
+        project.refresh()
+
+
+def _disk_text(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def diagnose(path: Path | None, text: str, config: Config) -> Diagnosis:
+    """Findings and errors of one buffer's text, under the configuration of its file."""
+    from loopcheck.lint.engine import check_source, project_for
+
+    where = path if path is not None else Path(UNTITLED)
+    data = text.encode("utf-8", "surrogatepass")
+    project = project_for(path) if path is not None else None
+    if project is not None:
+        project.overlay(path, None if _disk_text(path) == data else text)
+    result = check_source(text, _name(path), enabled=enabled_for(config, where), project=project,
+                          on_disk=project is not None)
+    outcome = apply_config(where, config, result, data)
+    own = str(where.resolve())
+    return Diagnosis([f for f in outcome.findings if f.path == own], outcome.errors)
+
+
+def closed(path: Path, text: str) -> None:
+    """A buffer of `path` was closed: the file on disk counts again for every other file."""
+    from loopcheck.lint.engine import project_for
+
+    project_for(path).overlay(path, None)
+
+
+def fix_all(path: Path | None, text: str, config: Config, *, unsafe: bool = False) -> str:
+    """The buffer's text with every enabled fix applied, as `loopcheck lint --fix` applies them."""
+    from loopcheck.lint.fixes import fix_source
+
+    where = path if path is not None else Path(UNTITLED)
+    return fix_source(text, _name(path), unsafe=unsafe, enabled=enabled_for(config, where)).source

@@ -1,0 +1,174 @@
+"""What the loop model knows about values: constant tests folded, arguments forwarded through
+`*args`, loaders handed on by wrappers and generators, roles through returns and helpers."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from loopcheck.lint.loopmodel import EventKind, ModuleModel, Role, build_model
+
+from ._support import found
+
+
+def model_of(source: str) -> ModuleModel:
+    return build_model("train.py", cst.parse_module(textwrap.dedent(source)))
+
+
+STEP_WITH_GUARD = """
+    import torch
+    {flag}
+
+    def train(model, loader):
+        {local}
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            if {test}:
+                opt.zero_grad()  # expect: LC102
+            opt.step()
+            opt.zero_grad()
+"""
+
+
+def guarded(test: str, flag: str = "", local: str = "pass") -> str:
+    return textwrap.dedent(STEP_WITH_GUARD).format(flag=flag, test=test, local=local)
+
+
+def test_literal_tests_are_folded() -> None:
+    assert found(guarded("0"), "LC102") == set()
+    assert found(guarded("False"), "LC102") == set()
+    assert {code for _, code in found(guarded("1"), "LC102")} == {"LC102"}
+
+
+def test_a_module_level_flag_bound_once_to_a_constant_is_folded() -> None:
+    assert found(guarded("USE_ACCUM", flag="USE_ACCUM = False"), "LC102") == set()
+    assert found(guarded("not DEBUG", flag="DEBUG = 1"), "LC102") == set()
+    assert {c for _, c in found(guarded("VERBOSE", flag="VERBOSE = True"), "LC102")} == {"LC102"}
+
+
+def test_a_flag_that_can_change_is_not_folded() -> None:
+    rebound = "USE_ACCUM = False\nif __import__('os').environ.get('ACCUM'):\n    USE_ACCUM = True"
+    assert {c for _, c in found(guarded("USE_ACCUM", flag=rebound), "LC102")} == {"LC102"}
+    with_global = "USE_ACCUM = False\n\ndef enable():\n    global USE_ACCUM\n    USE_ACCUM = True"
+    assert {c for _, c in found(guarded("USE_ACCUM", flag=with_global), "LC102")} == {"LC102"}
+    shadowed = guarded("USE_ACCUM", flag="USE_ACCUM = False", local="USE_ACCUM = model.accumulate")
+    assert {c for _, c in found(shadowed, "LC102")} == {"LC102"}
+
+
+SAVE_HELPER = textwrap.dedent("""
+    import torch
+
+    def save_on_master(*args, **kwargs):
+        if is_main_process():
+            torch.save(*args, **kwargs)
+
+    def train(model, loader, epochs):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for epoch in range(epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+            save_on_master({"model": model.state_dict(), "epoch": epoch}, "last.pt")  # expect: LC501
+""")
+
+
+def test_a_save_forwarded_through_star_args_carries_the_callers_dict() -> None:
+    m = model_of(SAVE_HELPER)
+    saves = [e for e in m.events if e.kind is EventKind.SAVE]
+    assert len(saves) == 1
+    assert saves[0].detail["keys"] == frozenset({"model", "epoch"})
+    assert saves[0].line == 15  # the caller's call, where the dict is written
+    assert found(SAVE_HELPER, "LC501") == {(15, "LC501")}
+
+
+def test_the_full_checkpoint_through_the_same_helper_is_clean() -> None:
+    full = SAVE_HELPER.replace('"epoch": epoch}', '"optimizer": optimizer.state_dict(), "epoch": epoch}')
+    assert found(full, "LC501") == set()
+
+
+def loaders(source: str) -> list[tuple[str, str | None, Role | None]]:
+    m = model_of(source)
+    return [(loop.kind.value, loop.loader, m.role(loop.loader)) for loop in m.walk_loops() if loop.kind.value == "batch"]
+
+
+def test_a_loader_handed_on_by_a_project_generator() -> None:
+    source = """
+        import torch
+
+        def forever(dl):
+            while True:
+                yield from dl
+
+        def batches(dl):
+            for batch in dl:
+                yield batch
+
+        def train(model, train_loader, steps):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step, (x, y) in zip(range(steps), forever(train_loader)):
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+            for x, y in batches(train_loader):
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+    """
+    assert loaders(source) == [("batch", "train_loader", Role.LOADER)] * 2
+
+
+def test_a_loader_handed_on_by_a_logger_or_itertools() -> None:
+    source = """
+        import itertools
+        import torch
+
+        def train_one_epoch(model, criterion, data_loader, optimizer, metric_logger):
+            for x, y in metric_logger.log_every(data_loader, 10, "Epoch"):
+                loss = criterion(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+        def finetune(model, criterion, data_loader, optimizer, n):
+            for x, y in itertools.islice(itertools.cycle(data_loader), n):
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+    """
+    assert loaders(source) == [("batch", "data_loader", Role.LOADER)] * 2
+
+
+def test_roles_through_a_method_return_and_a_tuple_returned_by_a_helper() -> None:
+    source = """
+        import torch
+
+        def build(model):
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-3, total_steps=1000)
+            return opt, sched
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = self.build_optimizer()
+
+            def build_optimizer(self):
+                return torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+
+        def train(net, loader, epochs):
+            o, s = build(net)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    o.zero_grad()
+                    net(x).sum().backward()
+                    o.step()
+                s.step()  # expect: LC202
+    """
+    m = model_of(source)
+    assert m.bindings["self.optimizer"].role is Role.OPTIMIZER
+    assert m.bindings["self.optimizer"].cls == "AdamW"  # from the constructor the method returns
+    assert found(textwrap.dedent(source), "LC202") == {(24, "LC202")}

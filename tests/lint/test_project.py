@@ -1,0 +1,204 @@
+"""The project of a run: each module parsed once, summaries, and the same findings for a file
+whether it is linted alone or with its whole project."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from loopcheck.lint import engine, memo
+from loopcheck.lint.project import Project, project_root
+from loopcheck.lint.summary import summarize
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE_PROJECTS = sorted(p for p in (REPO / "fixtures").iterdir() if p.is_dir())
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def fresh_projects():
+    engine._PROJECTS.clear()
+    yield
+    engine._PROJECTS.clear()
+
+
+COMMON = """
+    import torch
+
+
+    def make_optimizer(model, lr):
+        return torch.optim.AdamW(model.parameters(), lr=lr)
+
+
+    def train_step(model, batch, optimizer, criterion):
+        optimizer.zero_grad()
+        loss = criterion(model(batch[0]), batch[1])
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+"""
+
+USER = """
+    import torch
+    from helpers.common import make_optimizer, train_step
+
+
+    def run_{n}(model, loader, epochs):
+        optimizer = make_optimizer(model, 1e-3)
+        criterion = torch.nn.CrossEntropyLoss()
+        for epoch in range(epochs):
+            for batch in loader:
+                train_step(model, batch, optimizer, criterion)
+"""
+
+
+@pytest.fixture
+def many_importers(tmp_path: Path) -> Path:
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'demo'\n")
+    write(tmp_path / "helpers" / "__init__.py", "")
+    write(tmp_path / "helpers" / "common.py", COMMON)
+    for n in range(12):
+        write(tmp_path / "scripts" / f"train_{n}.py", USER.format(n=n))
+    return tmp_path
+
+
+def test_a_module_imported_by_every_file_is_parsed_once_per_run(many_importers: Path) -> None:
+    files = sorted(many_importers.rglob("*.py"))
+    results = engine.check_files(files, jobs=1)
+    assert not [e for r in results for e in r.errors]
+    project = engine.project_for(files[0])
+    common = os.path.abspath(many_importers / "helpers" / "common.py")
+    assert project.parses[common] == 1
+    assert project.parses and max(project.parses.values()) == 1, project.parses
+
+
+def test_linting_one_file_parses_each_module_it_needs_once(many_importers: Path) -> None:
+    target = many_importers / "helpers" / "common.py"
+    project = Project.for_path(target)
+    engine.check_file(target, project=project)
+    assert project.parses, "the importers of common.py were analysed"
+    assert max(project.parses.values()) == 1, project.parses
+
+
+@pytest.mark.parametrize("unit", FIXTURE_PROJECTS, ids=lambda p: p.name)
+def test_a_file_gets_the_same_findings_alone_or_with_its_project(unit: Path) -> None:
+    files = sorted(unit.rglob("*.py"))
+    together = dict(zip(files, engine.check_files(files, jobs=1)))
+    for f in files:
+        engine._PROJECTS.clear()
+        alone = engine.check_file(f)
+        key = lambda r: sorted((x.code, x.line, x.column, x.message) for x in r.findings)  # noqa: E731
+        assert key(alone) == key(together[f]), f
+        assert all(os.path.abspath(x.path) == os.path.abspath(f) for x in alone.findings)
+
+
+def test_a_finding_that_needs_the_callers_facts_is_found_in_the_callee_linted_alone(tmp_path: Path) -> None:
+    write(tmp_path / "setup.py", "")
+    engine_py = write(tmp_path / "engine.py", """
+        def fit(model, loader, optimizer, scheduler, criterion, epochs):
+            for epoch in range(epochs):
+                model.train()
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    criterion(model(x), y).backward()
+                    optimizer.step()
+                scheduler.step()
+    """)
+    write(tmp_path / "train.py", """
+        import torch
+        from engine import fit
+
+        def main(model, loader, epochs=10):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=epochs * len(loader))
+            fit(model, loader, optimizer, scheduler, torch.nn.CrossEntropyLoss(), epochs)
+    """)
+    alone = engine.check_file(engine_py)
+    assert [(f.code, f.line) for f in alone.findings if f.code == "LC202"] == [("LC202", 9)]
+    assert all(f.path == str(engine_py) for f in alone.findings)
+    engine._PROJECTS.clear()
+    caller = engine.check_file(tmp_path / "train.py")
+    assert not [f for f in caller.findings if f.code == "LC202"], "reported in the file where the defect is"
+
+
+def test_the_root_is_the_nearest_folder_with_a_project_marker(tmp_path: Path) -> None:
+    write(tmp_path / "setup.cfg", "")
+    nested = write(tmp_path / "src" / "pkg" / "train.py", "")
+    assert project_root(nested) == tmp_path.resolve()
+    write(tmp_path / "src" / "pkg" / "pyproject.toml", "")
+    assert project_root(nested) == (tmp_path / "src" / "pkg").resolve()
+
+
+def test_the_project_walk_never_enters_a_virtualenv_or_installed_packages(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "")
+    write(tmp_path / "train.py", "")
+    write(tmp_path / "env" / "pyvenv.cfg", "")
+    write(tmp_path / "env" / "lib" / "x.py", "")
+    write(tmp_path / "myenv" / "pyvenv.cfg", "")
+    write(tmp_path / "myenv" / "y.py", "")
+    write(tmp_path / "lib" / "site-packages" / "z.py", "")
+    write(tmp_path / "pkg" / "model.py", "")
+    names = {p.relative_to(tmp_path).as_posix() for p in Project([tmp_path]).files()}
+    assert names == {"train.py", "pkg/model.py"}
+
+
+def test_dependents_follow_imports_backwards_through_packages(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "")
+    write(tmp_path / "pkg" / "__init__.py", "from .engine import fit\n")
+    engine_py = write(tmp_path / "pkg" / "engine.py", "def fit(): pass\n")
+    write(tmp_path / "train.py", "from pkg import fit\n")
+    write(tmp_path / "other.py", "import json\n")
+    project = Project([tmp_path])
+    found = {Path(p).relative_to(tmp_path.resolve()).as_posix() for p in project.dependents(engine_py)}
+    assert found == {"pkg/__init__.py", "train.py"}
+
+
+def test_a_summary_holds_imports_exports_definitions_and_mentions() -> None:
+    summary = summarize(textwrap.dedent("""
+        import torch.nn as nn
+        from . import engine
+        from .losses import *
+        __all__ = ["Net", "fit"]
+
+        class Net(nn.Module):
+            def forward(self, x):
+                return x.log_softmax(-1)
+
+        def fit():
+            pass
+    """).encode(), "m.py")
+    assert summary is not None
+    assert ("torch.nn", 0, ()) in summary.imports
+    assert ("", 1, ("engine",)) in summary.imports
+    assert ("losses", 1, ("*",)) in summary.imports
+    assert summary.exports == ("Net", "fit")
+    assert summary.functions == ("fit",)
+    assert summary.classes == (("Net", ("nn.Module",), ("forward",)),)
+    assert summary.mentions_any(("softmax",)) and not summary.mentions_any(("sigmoid",))
+    assert ("engine", 1) in summary.import_targets()
+    assert summarize(b"def broken(:\n", "b.py") is None
+
+
+def test_facts_live_as_long_as_the_project_holds_the_module(tmp_path: Path) -> None:
+    from loopcheck.lint.syntax import module_walk
+
+    path = write(tmp_path / "m.py", "x = 1\n")
+    project = Project([tmp_path])
+    parsed = project.parse(path)
+    assert parsed is not None and project.parse(path) is parsed
+    walk = module_walk(parsed.module)
+    for n in range(40):  # many unpinned modules come and go
+        import libcst as cst
+
+        module_walk(cst.parse_module(f"y = {n}\n"))
+    assert module_walk(parsed.module) is walk
+    project.close()
+    assert memo.known(parsed.module, "walk") is None
