@@ -113,7 +113,7 @@ def report(results: list[Result], out=sys.stdout) -> None:
     for r in results:
         b = r.bug
         where = f"{b.repo}@{b.commit[:10]}:{b.file}:{b.line}"
-        detail = (f"{b.code} at {r.lines}" if r.lines else f"no {b.code}") + (
+        detail = "" if r.verdict == "no-mirror" else (f"{b.code} at {r.lines}" if r.lines else f"no {b.code}") + (
             f"; also reported: {', '.join(r.other)}" if r.other else "")
         print(f"{r.verdict:<10} {where} [{b.code}] {detail}", file=out)
         if r.note:

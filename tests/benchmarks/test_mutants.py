@@ -181,3 +181,16 @@ def test_equivalent_listing_is_read_and_checked(tmp_path):
     listing.write_text("owner/repo:train.py\tdelete_train\ttwelve\twhy\n")
     with pytest.raises(SystemExit, match="eq.tsv:1"):
         load_equivalent(listing)
+
+
+def test_benchmark_lists_name_real_rule_codes():
+    from loopcheck.catalog import codes
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "realworld"))
+    from history import HISTORY_FILE, load_bugs
+
+    bugs = load_bugs(HISTORY_FILE)
+    assert len(bugs) >= 20
+    assert {b.code for b in bugs} <= set(codes())
+    assert {code for code, _ in EXPECTED.values()} <= set(codes())
+    assert len({(b.repo, b.file, b.line) for b in bugs}) == len(bugs)
