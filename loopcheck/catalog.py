@@ -11,6 +11,9 @@ summary are written down:
     summary: gradients are reset after backward and before step, so the step sees zeros
     ---
 
+A probe (LP) page also names its `lint_twin`: the LC codes that find the same bug in source
+before the run, or `none`.
+
 Rules, probe detectors, `loopcheck rules`, `loopcheck explain` and the SARIF driver all read
 metadata from here. In a wheel the pages ship as `loopcheck/_pages/`; in a source checkout they
 are read from `rules/` at the repository root.
@@ -36,6 +39,7 @@ class RulePage:
     since: str
     summary: str
     fix: str  # "safe", "unsafe" or "none"
+    lint_twin: tuple[str, ...]  # LP pages: the LC codes that find the same bug before the run
     text: str  # the whole page, front block removed
     path: Path
 
@@ -81,6 +85,7 @@ def _parse(path: Path) -> RulePage:
         since=meta["since"],
         summary=meta["summary"],
         fix=meta.get("fix", "none"),
+        lint_twin=tuple(c.strip() for c in meta.get("lint_twin", "none").split(",") if c.strip() not in ("", "none")),
         text=body.lstrip("\n"),
         path=path,
     )
@@ -98,6 +103,17 @@ def page(code: str) -> RulePage:
         return catalog()[code.upper()]
     except KeyError:
         raise KeyError(f"unknown rule code {code!r}; `loopcheck rules` lists them") from None
+
+
+def lint_twin(code: str) -> tuple[str, ...]:
+    """The LC codes that find the bug of probe code `code` before the run (none for unknown codes)."""
+    p = catalog().get(code.upper())
+    return p.lint_twin if p is not None else ()
+
+
+def runtime_twins(lint_code: str) -> list[str]:
+    """The LP codes whose page names `lint_code` as the static check of the same bug."""
+    return [code for code, p in catalog().items() if lint_code.upper() in p.lint_twin]
 
 
 def codes(prefix: str = "") -> list[str]:

@@ -1,4 +1,4 @@
-"""The `loopcheck` command line: lint, rules, explain, init, report, server.
+"""The `loopcheck` command line: lint, rules, explain, init, report, run, server.
 
 Each command is a thin shell: it parses options and hands over to the module that does the
 work, so that importing the CLI never imports torch (only `init`'s template writer and `report`
@@ -94,6 +94,7 @@ def lint(
     isolated: bool = typer.Option(False, "--isolated", help="Ignore every configuration file."),
     warn_unused_noqa: bool = typer.Option(False, "--warn-unused-suppressions", help="Report suppressions that suppress nothing (LC001)."),
     force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply the configured exclude to files named on the command line too (for pre-commit)."),
+    runtime_log: Optional[Path] = typer.Option(None, "--runtime-log", help="A probe run log (JSONL): mark the findings that run confirmed."),
 ) -> None:
     """Check training scripts for silent training-loop bugs."""
     from loopcheck.lint.command import LintOptions, run
@@ -103,6 +104,7 @@ def lint(
         ignore=ignore, fail_on=fail_on, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
         statistics=statistics, output=output, jobs=jobs, no_cache=no_cache, config=config,
         isolated=isolated, warn_unused_suppressions=warn_unused_noqa, force_exclude=force_exclude,
+        runtime_log=runtime_log,
     )
     raise typer.Exit(run(options))
 
@@ -143,6 +145,26 @@ def server() -> None:
     from loopcheck.server.app import serve
 
     serve()
+
+@app.command(
+    "run",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+def run_command(
+    ctx: typer.Context,
+    target: str = typer.Argument(..., metavar="SCRIPT [ARGS]...", help="The training script (or, with -m, a module) and its own arguments."),
+    module: bool = typer.Option(False, "-m", help="Run a module, as python -m does."),
+    log: Path = typer.Option(Path("loopcheck-run.jsonl"), "--log", help="Where to write the probe's run log (JSONL)."),
+    every: Optional[int] = typer.Option(None, "--every", min=1, help="Read device statistics every N optimizer steps."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", help="LP codes or prefixes to leave out, comma-separated."),
+) -> None:
+    """Run a training script unchanged under the probe; print its findings when it ends."""
+    from loopcheck.probe.run import run
+
+    options = {"every": every} if every is not None else {}
+    if ignore:
+        options["ignore"] = [c for c in ignore.split(",") if c.strip()]
+    raise typer.Exit(run(target, ctx.args, module=module, log=log, **options))
 
 
 def main() -> None:

@@ -69,6 +69,13 @@ class Finding:
     count: int = 1
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
+    @property
+    def lint_twin(self) -> tuple[str, ...]:
+        """For a probe finding: the lint codes that find the same bug in source, before the run."""
+        from loopcheck.catalog import lint_twin
+
+        return lint_twin(self.code)
+
     def with_(self, **changes: Any) -> "Finding":
         return replace(self, **changes)
 

@@ -49,6 +49,7 @@ class LintOptions:
     isolated: bool = False
     warn_unused_suppressions: bool = False
     force_exclude: bool = False
+    runtime_log: Path | None = None  # a probe run log: mark the findings that run confirmed
 
 
 class UsageError(Exception):
@@ -178,6 +179,8 @@ class _Run:
                 if finding.severity >= configs[f].fail_on:
                     failing += 1
         errors = [FileError(display_path(e.path), e.line, e.message, e.code) for e in errors]
+        if self.opts.runtime_log is not None:
+            findings = _confirmed(findings, self.opts.runtime_log)
         report = Report(findings=findings, errors=errors, files_checked=len(files), fixed=fixed)
         if self.opts.diff:
             self.write("".join(diffs))
@@ -376,6 +379,16 @@ def reports_unused(config: Config, f: Path, warn_unused: bool = False) -> bool:
     """Whether LC001 (unused suppressions) is reported in f: asked for, or selected by name."""
     wanted = warn_unused or UNUSED_CODE in config.enabled_codes
     return wanted and not config.is_ignored(UNUSED_CODE, f)
+
+
+def _confirmed(findings: list[Finding], log: Path) -> list[Finding]:
+    from loopcheck.lint.runtime_link import confirm, runtime_findings
+    from loopcheck.probe.report import LogError
+
+    try:
+        return confirm(findings, runtime_findings(log), display_path(log))
+    except LogError as err:
+        raise UsageError(f"--runtime-log: {err}") from None
 
 
 def _file_error(e: Any) -> FileError:

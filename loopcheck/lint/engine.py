@@ -25,9 +25,10 @@ import os
 import re
 import sys
 import tokenize
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from loopcheck.findings import Finding
 
@@ -215,30 +216,45 @@ def check_source(
     findings, and do the files importing it add the findings their models make in it; an edited
     text in memory (a fix attempt) stands alone."""
     result = FileResult(path)
+    text = _text_to_check(source, path, project, result)
+    if text is None:
+        return result
+    with _deep_recursion():
+        return _check_parsed(text, path, enabled, project if on_disk or project is None else _Transient(project), result)
+
+
+def _text_to_check(source: str | bytes, path: str, project: Any, result: FileResult) -> str | None:
+    """The text to analyse, or None: undecodable (an error in `result`), empty, or unable to hold
+    anything a rule looks for (`result.skipped`)."""
     if isinstance(source, bytes):
         data = source
         text, error = _decode(source, path)
         if error is not None:
             result.errors.append(error)
-            return result
+            return None
         assert text is not None
     else:
         text = source
         if "\0" in text:
             result.errors.append(LintError(path, text.count("\n", 0, text.index("\0")) + 1,
                                            "file contains NUL bytes (not a Python source file)"))
-            return result
+            return None
         data = text.encode("utf-8", "surrogatepass")
     if not text.strip():
-        return result
+        return None
     if not _may_matter(data, path, project):
         result.skipped = True
-        return result
+        return None
+    return text
+
+
+@contextmanager
+def _deep_recursion() -> Iterator[None]:
     old_limit = sys.getrecursionlimit()
     if old_limit < _RECURSION_FLOOR:
         sys.setrecursionlimit(_RECURSION_FLOOR)
     try:
-        return _check_parsed(text, path, enabled, project if on_disk or project is None else _Transient(project), result)
+        yield
     finally:
         sys.setrecursionlimit(old_limit)
 
@@ -360,15 +376,25 @@ def _from_dependents(path: str, enabled: Callable[[str], bool], project: Any) ->
 
 
 def _analyse_file(path: str, enabled: Callable[[str], bool], project: Any) -> list[Finding]:
+    return _analysed(path, enabled, project).findings
+
+
+def _analysed(path: str, enabled: Callable[[str], bool], project: Any) -> FileResult:
+    """One file analysed on its own: every finding its model makes (unsuppressed, wherever they
+    are located), its errors, or `skipped`."""
+    result = FileResult(path)
     try:
         data = Path(path).read_bytes()
-    except OSError:
-        return []
-    text, error = _decode(data, path)
-    if text is None or not _may_matter(data, path, project):
-        return []
-    analysed = _analyse(text, path, enabled, project, [])
-    return analysed[0] if analysed is not None else []
+    except OSError as exc:
+        result.errors.append(LintError(path, None, f"cannot read: {exc.strerror or exc}"))
+        return result
+    text = _text_to_check(data, path, project, result)
+    if text is not None:
+        with _deep_recursion():
+            analysed = _analyse(text, path, enabled, project, result.errors)
+        if analysed is not None:
+            result.findings = analysed[0]
+    return result
 
 
 _ALL_CODES: tuple[str, ...] = ()
@@ -498,29 +524,70 @@ def _import_analysis() -> None:
     all_rules()
 
 
-def _check_one(args: tuple[str, Callable[[str], bool]]) -> FileResult:
-    path, enabled = args
-    return check_file(path, enabled=enabled, project=project_for(path))
-
-
 def check_files(
     files: Sequence[str | Path], *, enabled: Callable[[str], bool] = _everything, jobs: int | None = None
 ) -> list[FileResult]:
     """Results of each file, in the files' order whatever the parallelism.
 
-    Files go to the workers in small chunks in the order given (folder order after `discover`),
-    so the files of one package land in the same worker and share its project: a module they
-    import is parsed once per worker, not once per importing file."""
+    Each file is analysed once, in the worker pool; so is each file outside `files` that imports
+    one of them (its model may report into it). Then every finding goes to the file it is
+    located in, and that file's suppression comments apply. Files go to the workers in small
+    chunks in the order given (folder order after `discover`), so the files of one package land
+    in the same worker and share its project: a module they import is parsed once per worker."""
     _PROJECTS.clear()  # a new run: nothing kept from an earlier one (pool workers start from here)
-    workers = min(jobs or os.cpu_count() or 1, len(files))
-    if workers > 1 and len(files) >= _PARALLEL_MIN_FILES and _picklable(enabled):
+    names = [str(f) for f in files]
+    tasks = [(n, enabled) for n in names + _unlinted_dependents(names)]
+    workers = min(jobs or os.cpu_count() or 1, len(tasks))
+    if workers > 1 and len(tasks) >= _PARALLEL_MIN_FILES and _picklable(enabled):
         from concurrent.futures import ProcessPoolExecutor
 
         _import_analysis()  # once here rather than in every worker (they start as copies of this process)
-        chunk = max(1, min(8, len(files) // (workers * 16)))
+        chunk = max(1, min(8, len(tasks) // (workers * 16)))
         with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
-            return list(pool.map(_check_one, [(str(f), enabled) for f in files], chunksize=chunk))
-    return [_check_one((str(f), enabled)) for f in files]
+            analyses = list(pool.map(_analyse_one, tasks, chunksize=chunk))
+    else:
+        analyses = [_analyse_one(task) for task in tasks]
+    located: dict[str, list[Finding]] = {}
+    for analysis in analyses:
+        for f in analysis.findings:
+            located.setdefault(os.path.realpath(f.path or analysis.path), []).append(f)
+    results = []
+    for name, analysis in zip(names, analyses):
+        result = FileResult(name, errors=analysis.errors, skipped=analysis.skipped)
+        found = [f.with_(path=name) for f in located.get(os.path.realpath(name), ())]
+        if found:
+            result.findings, result.suppressions_used = _suppress(_dedupe(found), name, _text_lines(name), None)
+            result.findings.sort(key=_order)
+        results.append(result)
+    return results
+
+
+def _analyse_one(args: tuple[str, Callable[[str], bool]]) -> FileResult:
+    path, enabled = args
+    return _analysed(path, enabled, project_for(path))
+
+
+def _unlinted_dependents(names: list[str]) -> list[str]:
+    """The project files outside `names` that import one of them (none when `names` hold the
+    whole project, as when its root is linted)."""
+    linted = {os.path.realpath(n) for n in names}
+    extra: dict[str, None] = {}
+    for name in names:
+        project = project_for(name)
+        if project is None or all(str(f) in linted for f in project.files()):
+            continue
+        for dependent in project.dependents(Path(name)):
+            if dependent not in linted:
+                extra[dependent] = None
+    return list(extra)
+
+
+def _text_lines(path: str) -> list[str]:
+    try:
+        text, _ = _decode(Path(path).read_bytes(), path)
+    except OSError:
+        return []
+    return text.splitlines() if text is not None else []
 
 
 def check_paths(

@@ -5,8 +5,12 @@ This subpackage is itself callable, so all of these work:
     import loopcheck
     with loopcheck.probe(model, optimizer, scheduler=sched) as p: ...
 
-    from loopcheck import probe
-    with probe(model, optimizer): ...
+    with loopcheck.probe(): ...        # finds models, optimizers, schedulers and scaler itself
+
+    p = loopcheck.probe().start(); ...; p.stop()
+
+    @loopcheck.probe                   # or @loopcheck.probe(log="run.jsonl")
+    def train(): ...
 
     from loopcheck.probe import Probe
 
@@ -16,6 +20,7 @@ torch is imported on first use of the probe, so `loopcheck report` reads run log
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import types
 from typing import Any
@@ -36,6 +41,8 @@ class _CallableModule(types.ModuleType):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from loopcheck.probe.probe import Probe
 
+        if len(args) == 1 and not kwargs and inspect.isroutine(args[0]):  # bare @loopcheck.probe
+            return Probe()(args[0])
         return Probe(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:

@@ -23,7 +23,8 @@ from torch.optim import Optimizer
 from loopcheck.catalog import page
 from loopcheck.errors import ProbeError, ProbeUsageError
 from loopcheck.findings import Finding
-from loopcheck.probe import distributed
+from loopcheck.probe import distributed, lifecycle
+from loopcheck.probe.adapters.accelerate import inner_optimizer, inner_scheduler
 from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
@@ -49,47 +50,39 @@ class Probe:
     """Watches a training loop for silent bugs; use as `with loopcheck.probe(model, optimizer):`.
 
     `model`, `optimizer` and `scheduler` take one object or a sequence; keyword options tune
-    windows and thresholds (see `ProbeConfig` and the README). After the block, `findings`
+    windows and thresholds (see `ProbeConfig` and the README). What is not given is found while
+    the block runs (`discovery`; `discover=False` turns that off). After the block, `findings`
     holds one `Finding` per (code, where, rank) with the number of times it was seen.
     """
 
     def __init__(
         self,
-        model: nn.Module | Sequence[nn.Module],
-        optimizer: Optimizer | Sequence[Optimizer],
+        model: nn.Module | Sequence[nn.Module] | None = None,
+        optimizer: Optimizer | Sequence[Optimizer] | None = None,
         *,
         scheduler: Any = None,
         scaler: Any = None,
         log: str | Path | None = None,
         on_finding: str = "warn",
         detectors: Sequence[type[Detector]] | None = None,
+        discover: bool = True,
         **options: Any,
     ) -> None:
+        self._arguments = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, log=log,
+                               on_finding=on_finding, detectors=detectors, discover=discover, **options)
         if on_finding not in _ON_FINDING:
             raise ProbeUsageError(f"on_finding must be one of {', '.join(_ON_FINDING)}, not {on_finding!r}")
         self.on_finding = on_finding
         self.config = ProbeConfig.from_options(options)
-        self.wrappers = _as_list(model, "model", nn.Module)
-        if not self.wrappers:
-            raise ProbeUsageError("probe needs at least one model (a torch.nn.Module)")
-        self.models = [_unwrap(m) for m in self.wrappers]
-        self.optimizers = _as_list(optimizer, "optimizer", Optimizer)
-        if not self.optimizers:
-            raise ProbeUsageError("probe needs at least one optimizer (a torch.optim.Optimizer)")
-        self.schedulers = _as_list(scheduler, "scheduler", None)
-        for s in self.schedulers:
-            if not callable(getattr(s, "step", None)) or not isinstance(getattr(s, "optimizer", None), Optimizer):
-                raise ProbeUsageError(
-                    f"scheduler must be a torch.optim.lr_scheduler scheduler, not {type(s).__name__}"
-                )
-        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
-            raise ProbeUsageError(f"scaler must be a torch.amp.GradScaler, not {type(scaler).__name__}")
-        self.scaler = scaler
+        self.discover = bool(discover)
+        self._set_objects(
+            _as_list(model, "model", nn.Module),
+            [inner_optimizer(o) for o in _as_list(optimizer, "optimizer", Optimizer)],
+            [inner_scheduler(s) for s in _as_list(scheduler, "scheduler", None)], scaler,
+        )
+        if not self.discover and not (self.models and self.optimizers):
+            raise ProbeUsageError("with discover=False, probe needs at least one model and one optimizer")
         self.log_path = Path(log) if log is not None else None
-        _check_distinct(self.models, "model")
-        _check_distinct(self.optimizers, "optimizer")
-        _check_distinct(self.schedulers, "scheduler")
-        self._index_model()
 
         self.findings: list[Finding] = []
         self.step = 0  # optimizer steps applied (of the first optimizer)
@@ -98,6 +91,7 @@ class Probe:
         self.loss_read: dict[int, slice | None] = {}  # where each step_loss sits in `readings`
         self.readings = Readings()
         self.hooks = contextlib.ExitStack()
+        self._detector_hooks = contextlib.ExitStack()
         self.rank, self.world_size = distributed.rank_and_size()
         self.is_main = self.rank == 0
         self._found: dict[tuple[str, str | None, int | None], int] = {}
@@ -111,12 +105,78 @@ class Probe:
         self._entered = False
         self.live = False
         self._log: RunLog | None = None
-        classes = list(detectors) if detectors is not None else default_detectors()
+        self._hooked: set[Any] = set()  # the objects (by id) and class methods with hooks in place
+        self._before_step: list[Callable[[], None]] = []  # deferred until step(closure) ran the closure
+        self._discovery: Any = None
+        self._detector_classes = list(detectors) if detectors is not None else default_detectors()
+        self._new_detectors()
+
+    def _set_objects(self, wrappers: list[nn.Module], optimizers: list[Optimizer], schedulers: list[Any],
+                     scaler: Any) -> None:
+        for s in schedulers:
+            if not callable(getattr(s, "step", None)) or not isinstance(getattr(s, "optimizer", None), Optimizer):
+                raise ProbeUsageError(
+                    f"scheduler must be a torch.optim.lr_scheduler scheduler, not {type(s).__name__}"
+                )
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise ProbeUsageError(f"scaler must be a torch.amp.GradScaler, not {type(scaler).__name__}")
+        models = [_unwrap(m) for m in wrappers]
+        _check_distinct(models, "model")
+        _check_distinct(optimizers, "optimizer")
+        _check_distinct(schedulers, "scheduler")
+        self.wrappers, self.models, self.optimizers, self.schedulers = wrappers, models, optimizers, schedulers
+        self.scaler = scaler
+        self._index_model()
+
+    def _new_detectors(self) -> None:
         self.detectors: list[Detector] = [
-            cls(self) for cls in classes if not cls.codes or any(self.config.wants(c) for c in cls.codes)
+            cls(self) for cls in self._detector_classes
+            if not cls.codes or any(self.config.wants(c) for c in cls.codes)
         ]
         self._calls: dict[str, tuple[tuple[Detector, Callable[..., Any]], ...]] = {}
         self._rebuild_calls()
+
+    def watch(self, *, models: Sequence[nn.Module] = (), optimizers: Sequence[Optimizer] = (),
+              schedulers: Sequence[Any] = (), scaler: Any = None, retire: Sequence[Any] = ()) -> None:
+        """Watch more objects from now on (found while the run goes, see `discovery`); drop `retire`.
+
+        Findings, the step clock and the log stay; the detectors are built again for the new set
+        and start their windows afresh, which costs nothing before the first step, where discovery
+        finds nearly everything.
+        """
+        gone = {id(x) for x in retire}
+        keep = [o for o in self.optimizers if id(o) not in gone]
+        applied = {id(o): n for o, n in zip(self.optimizers, self._applied)}
+        self._set_objects(
+            [m for m in self.wrappers if id(m) not in gone] + list(models), keep + list(optimizers),
+            [s for s in self.schedulers if id(s) not in gone] + list(schedulers),
+            scaler if scaler is not None else self.scaler,
+        )
+        self._applied = [applied.get(id(o), 0) for o in self.optimizers]
+        self._norms.clear()
+        self.step_loss.clear()
+        self.loss_read.clear()
+        self.readings.clear()
+        for det in self.detectors:
+            det.enabled = False
+        self._detector_hooks.close()
+        self._new_detectors()
+        if not self.live:
+            return
+        self._install_objects()
+        if self._log is not None and self.is_main:
+            self._log.watched(self)
+        self._attach_detectors()
+
+    def _attach_detectors(self) -> None:
+        """Attach the detectors; the hooks they add go on a stack of their own, which `watch` closes."""
+        outer, self.hooks = self.hooks, contextlib.ExitStack()
+        try:
+            for det in list(self.detectors):
+                self._guard(det, det.attach)
+        finally:
+            self._detector_hooks, self.hooks = self.hooks, outer
+            outer.callback(self._detector_hooks.close)
 
     # Names ------------------------------------------------------------------------------
     def _index_model(self) -> None:
@@ -139,6 +199,7 @@ class Probe:
                     if id(p) not in self.param_names:
                         self.param_names[id(p)] = ".".join(x for x in (prefix, name, pname) if x)
                         self.param_module[id(p)] = qual
+        self.root_index = {id(m): i for i, m in enumerate(self.models)}
         self.opt_index = {id(o): i for i, o in enumerate(self.optimizers)}
         self.opt_params: list[list[torch.Tensor]] = []
         for i, opt in enumerate(self.optimizers):
@@ -175,8 +236,11 @@ class Probe:
                 self._log.header(self)
             self._install()
             self.live = True
-            for det in list(self.detectors):
-                self._guard(det, det.attach)
+            self._attach_detectors()
+            if self.discover:
+                from loopcheck.probe.discovery import Discovery
+
+                self._discovery = Discovery(self)
         except BaseException:
             self.live = False
             self.hooks.close()
@@ -191,6 +255,7 @@ class Probe:
         try:
             self.hooks.close()
         finally:
+            self._discovery = None
             _release(self)
         try:
             self._finish(clean=exc_type is None)
@@ -201,57 +266,119 @@ class Probe:
             warnings.warn(f"loopcheck probe: could not finish its report: {err!r}", ProbeWarning, stacklevel=2)
         return False
 
+    def start(self) -> "Probe":
+        """Begin watching without a `with` block; summary and end record come at `stop()` or exit."""
+        return lifecycle.start(self)
+
+    def stop(self) -> "Probe":
+        """End what `start()` began: hooks out, end record written, summary printed."""
+        return lifecycle.stop(self)
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Use as a decorator: each call of `fn` runs inside a new probe with these arguments."""
+        return lifecycle.decorate(self, fn)
+
     def _install(self) -> None:
-        hooks = self.hooks
-        for i, root in enumerate(self.models):
-            # A hook nobody listens to still costs every forward pass.
-            if self._calls["on_forward_pre"]:
-                hooks.enter_context(root.register_forward_pre_hook(self._forward_pre_hook(i)))
-            if self._calls["on_forward"]:
-                hooks.enter_context(root.register_forward_hook(self._forward_hook(i)))
-        for i, opt in enumerate(self.optimizers):
-            hooks.enter_context(opt.register_step_pre_hook(self._step_pre_hook(i)))
-            hooks.enter_context(opt.register_step_post_hook(self._step_post_hook(i)))
         self._patch(torch.Tensor, "backward", self._wrap_backward)
         self._patch(nn.Module, "train", self._wrap_train)
         self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
-        for cls in dict.fromkeys(type(o) for o in self.optimizers):
-            self._patch(cls, "zero_grad", self._wrap_opt_zero_grad)
-        for cls in dict.fromkeys(type(s) for s in self.schedulers):
-            self._patch(cls, "step", self._wrap_sched_step)
+        self._install_objects()
+
+    def _install_objects(self) -> None:
+        """Hooks on the watched objects that have none yet (all of them on enter, new ones later)."""
+        hooks, done = self.hooks, self._hooked
+        for root in self.models:
+            if id(root) in done:
+                continue
+            done.add(id(root))
+            # A hook nobody listens to still costs every forward pass. Hooks find their model's
+            # index at call time: `watch` may renumber the models.
+            if self._calls["on_forward_pre"]:
+                hooks.enter_context(root.register_forward_pre_hook(self._forward_pre_hook(root)))
+            if self._calls["on_forward"]:
+                hooks.enter_context(root.register_forward_hook(self._forward_hook(root)))
+        for opt in self.optimizers:
+            if id(opt) in done:
+                continue
+            done.add(id(opt))
+            hooks.enter_context(opt.register_step_pre_hook(self._step_pre_hook(opt)))
+            hooks.enter_context(opt.register_step_post_hook(self._step_post_hook(opt)))
+        patches = [(type(o), "zero_grad", self._wrap_opt_zero_grad) for o in self.optimizers]
+        patches += [(type(s), "step", self._wrap_sched_step) for s in self.schedulers]
         if self.scaler is not None:
-            self._patch(type(self.scaler), "step", self._wrap_scaler_step)
-            self._patch(type(self.scaler), "scale", self._wrap_scaler_scale)
+            patches += [(type(self.scaler), "step", self._wrap_scaler_step),
+                        (type(self.scaler), "scale", self._wrap_scaler_scale)]
+        for cls, name, make in patches:
+            key = (id(cls), name)
+            if key not in done:
+                done.add(key)
+                self._patch(cls, name, make)
 
     def _patch(self, cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
         self.hooks.callback(MethodPatch(cls, name, make).restore)
 
     # Hooks and wrappers -----------------------------------------------------------------
-    def _forward_pre_hook(self, i: int) -> Callable[..., None]:
+    def _forward_pre_hook(self, root: nn.Module) -> Callable[..., None]:
+        key = id(root)
+
         def hook(module: nn.Module, args: Any) -> None:
             if self.live:
-                self._dispatch("on_forward_pre", i, module, args)
+                i = self.root_index.get(key)
+                if i is not None:
+                    self._dispatch("on_forward_pre", i, module, args)
         return hook
 
-    def _forward_hook(self, i: int) -> Callable[..., None]:
+    def _forward_hook(self, root: nn.Module) -> Callable[..., None]:
+        key = id(root)
+
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if self.live:
-                self._dispatch("on_forward", i, module, output)
+                i = self.root_index.get(key)
+                if i is not None:
+                    self._dispatch("on_forward", i, module, output)
         return hook
 
-    def _step_pre_hook(self, i: int) -> Callable[..., None]:
-        def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
-            if not self.live:
+    def _step_pre_hook(self, opt: Optimizer) -> Callable[..., None]:
+        key = id(opt)
+
+        def before(optimizer: Optimizer) -> None:
+            i = self.opt_index.get(key)
+            if i is None:
                 return
             self._serial += 1
             self._take_losses(i)
             self._dispatch("on_step_pre", i, optimizer)
             self.readings.seal()
+
+        def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> Any:
+            if not self.live or key not in self.opt_index:
+                return None
+            closure = kwargs.get("closure", args[0] if args else None)
+            if callable(closure):
+                # step(closure) runs forward and backward itself (LBFGS, Lightning): the gradients
+                # are final once the closure has returned, not now.
+                pending = self._before_step = [lambda: before(optimizer)]
+
+                def run_closure() -> Any:
+                    result = closure()
+                    if pending:
+                        pending.pop()()
+                    return result
+                if "closure" in kwargs:
+                    return args, {**kwargs, "closure": run_closure}
+                return (run_closure, *args[1:]), kwargs
+            before(optimizer)
+            return None
         return hook
 
-    def _step_post_hook(self, i: int) -> Callable[..., None]:
+    def _step_post_hook(self, opt: Optimizer) -> Callable[..., None]:
+        key = id(opt)
+
         def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
-            if not self.live:
+            if self._before_step:  # a step(closure) that never called its closure
+                self._before_step.pop()()
+            i = self.opt_index.get(key) if self.live else None
+            if i is None:
                 return
             self._applied[i] += 1
             if i == 0:
@@ -509,8 +636,9 @@ class Probe:
     def _finish(self, clean: bool) -> None:
         self._clean_exit = clean
         try:
-            self._sample(final=True)
-            self._dispatch("on_close")
+            if self.optimizers:  # discovery may have found nothing that steps
+                self._sample(final=True)
+                self._dispatch("on_close")
         finally:
             if self._log is not None:
                 self._log.end(self)

@@ -68,9 +68,11 @@ def render_report(log: Path, png: Path | None = None) -> int:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     head = records[0]
-    models = ", ".join(f"{m.get('name')} ({m.get('trainable', 0):,} trainable)" for m in head.get("models", []))
-    optimizers = ", ".join(o.get("class", "?") for o in head.get("optimizers", []))
-    schedulers = ", ".join(s.get("class", "?") for s in head.get("schedulers", [])) or "none"
+    # what was watched in the end: the header's objects, or those of the last `watch` record
+    watched = next((r for r in reversed(records) if r["type"] == "watch"), head)
+    models = ", ".join(f"{m.get('name')} ({m.get('trainable', 0):,} trainable)" for m in watched.get("models", [])) or "none"
+    optimizers = ", ".join(o.get("class", "?") for o in watched.get("optimizers", [])) or "none"
+    schedulers = ", ".join(s.get("class", "?") for s in watched.get("schedulers", [])) or "none"
     out.print(
         f"run of {steps} steps  ·  torch {head.get('torch')}  ·  model {models}  ·  optimizer {optimizers}  ·  "
         f"scheduler {schedulers}", highlight=False,

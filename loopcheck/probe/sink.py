@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from loopcheck.catalog import page
+from loopcheck.catalog import lint_twin, page
 from loopcheck.findings import Finding
 from loopcheck.errors import ProbeUsageError
 
@@ -58,12 +58,13 @@ class RunLog:
             "python": platform.python_version(),
             "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "world_size": probe.world_size,
-            "models": [_model(name or type(m).__name__, m) for name, m in zip(probe.root_names, probe.models)],
-            "optimizers": [_optimizer(o) for o in probe.optimizers],
-            "schedulers": [_scheduler(s) for s in probe.schedulers],
-            "scaler": _scaler(probe.scaler),
+            **_objects(probe),
             "options": probe.config.to_dict(),
         })
+
+    def watched(self, probe: "Probe") -> None:
+        """The objects watched from now on, after discovery found more while the run went."""
+        self._write({"type": "watch", "step": probe.step, **_objects(probe)})
 
     def metrics(self, values: dict[str, Any]) -> None:
         self._write({"type": "metrics", **{k: _finite(v) for k, v in values.items()}})
@@ -84,7 +85,16 @@ class RunLog:
 def _finding(f: Finding) -> dict[str, Any]:
     return {
         "code": f.code, "name": f.name, "severity": f.severity.value, "message": f.message,
-        "step": f.step, "where": f.where, "rank": f.rank, "count": f.count,
+        "step": f.step, "where": f.where, "rank": f.rank, "count": f.count, "lint": list(f.lint_twin),
+    }
+
+
+def _objects(probe: "Probe") -> dict[str, Any]:
+    return {
+        "models": [_model(name or type(m).__name__, m) for name, m in zip(probe.root_names, probe.models)],
+        "optimizers": [_optimizer(o) for o in probe.optimizers],
+        "schedulers": [_scheduler(s) for s in probe.schedulers],
+        "scaler": _scaler(probe.scaler),
     }
 
 
@@ -160,7 +170,9 @@ def findings_table(findings: list[dict[str, Any]], title: str) -> Any:
     style = {"error": "bold red", "warning": "yellow", "info": "cyan"}
     for f in findings:
         rank = f" (rank {f['rank']})" if f.get("rank") is not None else ""
-        text = f"{f['message']}\n[dim]{fix_hint(f['code'])}[/]"
+        twins = lint_twin(f["code"])
+        before = f"\nBefore the run, `loopcheck lint` finds it as {', '.join(twins)}." if twins else ""
+        text = f"{f['message']}\n[dim]{fix_hint(f['code'])}{before}[/]"
         table.add_row(
             f"{f['code']} {f['name']}", f"[{style.get(f['severity'], '')}]{f['severity']}[/]",
             (f.get("where") or "-") + rank, str(f.get("step", "-")), str(f.get("count", 1)), text,
@@ -172,6 +184,9 @@ def print_summary(probe: "Probe", stream: IO[str] | None = None) -> None:
     from rich.console import Console
 
     console = Console(file=stream or sys.stderr)
+    if not probe.models and not probe.optimizers:
+        console.print("loopcheck probe: nothing to watch (no model ran a backward pass, no optimizer stepped)")
+        return
     steps = f"{probe.step} steps" + (f", {probe.skipped} skipped by the GradScaler" if probe.skipped else "")
     if not probe.findings:
         console.print(f"loopcheck probe: {steps}, no findings")

@@ -53,13 +53,13 @@ TRAIN = textwrap.dedent(
 def checked(monkeypatch) -> list[str]:
     """The files the engine is asked to check (cache misses)."""
     calls: list[str] = []
-    real = engine._check_one
+    real = engine._analyse_one
 
     def spy(args):
         calls.append(Path(args[0]).name)
         return real(args)
 
-    monkeypatch.setattr(engine, "_check_one", spy)
+    monkeypatch.setattr(engine, "_analyse_one", spy)
     return calls
 
 

@@ -126,7 +126,7 @@ def test_nested_and_reentered_probes_are_refused():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"model": "net"}, "model must be a torch.nn.modules.module.Module"),
-    ({"optimizer": []}, "at least one optimizer"),
+    ({"optimizer": [], "discover": False}, "with discover=False, probe needs at least one model and one optimizer"),
     ({"scheduler": 3}, "scheduler must be"),
     ({"scaler": object()}, "scaler must be a torch.amp.GradScaler"),
     ({"on_finding": "loud"}, "on_finding must be one of"),

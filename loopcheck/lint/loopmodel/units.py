@@ -181,9 +181,23 @@ class _Unit:
             self.local_imports[local] = (module or "", name, level)
 
     def text(self, node: cst.CSTNode) -> str:
-        """Source text of a node of this file."""
+        """Source text of a node of this file (rendered once per run: the same helper's nodes
+        are asked for at each of its call sites)."""
         if type(node) in _ATOMS and not node.lpar:  # type: ignore[attr-defined]
             return node.value  # type: ignore[attr-defined]
+        texts = self._texts
+        found = texts.get(id(node))
+        if found is None:
+            found = texts[id(node)] = self._render(node)
+        return found
+
+    @cached_property
+    def _texts(self) -> dict[int, str]:
+        from loopcheck.lint.memo import fact
+
+        return fact(self.module, "loopmodel.texts", dict)
+
+    def _render(self, node: cst.CSTNode) -> str:
         if isinstance(node, (cst.BaseExpression, cst.Parameters)) and type(node) is not cst.StarredElement:
             # these render exactly their source text (others may add a trailing comma)
             return self.module.code_for_node(node).strip()

@@ -17,6 +17,7 @@ from typing import Iterator
 import libcst as cst
 
 from loopcheck.findings import Finding
+from loopcheck.lint.memo import fact
 from loopcheck.lint.loopmodel import EventKind, Role
 from loopcheck.lint.rules._shared import classes_of, nodes_of
 from loopcheck.lint.rules.base import FileContext, Rule
@@ -175,12 +176,15 @@ class LossFlow(Flow):
         return found
 
     def sink(self, index: ModuleIndex, call: cst.Call, depth: int = 0) -> Sink | None:
-        """The loss computed by `call`, and which argument is its input."""
+        """The loss computed by `call`, and which argument is its input. A call in another
+        project module means the same for every file that reaches it: its answer is kept with
+        that module for the rest of the run."""
+        sinks = self._sinks if index is self.main else fact(index.module, "memory.sinks", dict)
         key = (id(index), id(call))
-        if key not in self._sinks:
+        if key not in sinks:
             callee = self.obj(index, call.func, call, depth)
-            self._sinks[key] = self.sink_of(callee, depth) if callee is not None else None
-        return self._sinks[key]
+            sinks[key] = self.sink_of(callee, depth) if callee is not None else None
+        return sinks[key]
 
     def sink_of(self, callee: Obj, depth: int) -> Sink | None:
         if callee.kind == "loss" and callee.loss:
