@@ -16,7 +16,7 @@ from loopcheck.lint.loopmodel.facts import (
 )
 from loopcheck.lint.loopmodel.nodes import _split_of
 from loopcheck.lint.loopmodel.torch_api import _NAME_ROLES
-from loopcheck.lint.loopmodel.traces import _expand
+from loopcheck.lint.loopmodel.traces import _expand, feasible
 
 
 class BuilderResolution:
@@ -34,6 +34,7 @@ class BuilderResolution:
         for loop in self._all_loops():
             block = self.loop_blocks.get(id(loop), [])
             expanded = _expand(block, self.dropped)
+            expanded = [path for path in expanded if feasible(path[0])] or expanded
             loop.traces = [evs for evs, _ in expanded]
             loop.trace_ends = [end for _, end in expanded]
         return ModuleModel(path=self.path, module=self.main.module, bindings=self.bindings, loops=self.loops, events=events)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind
@@ -83,6 +85,8 @@ class BuilderStatements:
         known = self._truth(stmt.test, frame)
         orelse = stmt.orelse
         if self.transparent or known is not None:
+            if self.transparent and known is None and _selects_parameters(frame.unit.text(stmt.test)):
+                self.param_filters += 1  # the rest of this parameter loop acts on a subset
             if known is not False:
                 self.walk_suite(stmt.body, frame)
             if known is not True and orelse is not None:
@@ -163,11 +167,15 @@ class BuilderStatements:
                 for name in _target_names(stmt.target):
                     frame.env[name] = name
                     self.param_owner[name] = owner
+                filters = self.param_filters
+                if _filtered_iteration(stmt.iter, frame.unit.text(stmt.iter)):
+                    self.param_filters += 1
                 self.transparent += 1
                 try:
                     self.walk_suite(stmt.body, frame)
                 finally:
                     self.transparent -= 1
+                    self.param_filters = filters
                 return
             for name in _target_names(stmt.target):
                 frame.env[name] = name
@@ -336,7 +344,7 @@ class BuilderStatements:
             if _is_none(value) or (type(value) is cst.Call and (_dotted(value.func) or "").endswith("zeros_like")):
                 owner = self._grad_owner(target.value, frame)
                 self.event(EventKind.ZERO_GRAD, owner, stmt, frame, form="grad_none" if _is_none(value) else "grad_zero",
-                           set_to_none=_is_none(value))
+                           set_to_none=_is_none(value), subset=self.param_filters > 0)
             return
         if type(target) is cst.Attribute and target.attr.value == "requires_grad":
             if _literal_bool(value) is False:
@@ -377,6 +385,7 @@ class BuilderStatements:
             self.assigned[tc] = (frame.unit, value)
             self.divided[tc] = False
             self.dicts.pop(tc, None)
+            self.instances.pop(tc, None)  # the name now holds a library object, not a project class's
             return
         if val.canon is not None and val.canon != tc and val.canon != "None":
             if name is not None:
@@ -437,3 +446,21 @@ class BuilderStatements:
         if name in self.param_owner:
             return self.param_owner[name]
         return name.split(".")[0] if "." in name else None
+
+
+# tests that keep every parameter with a gradient (`if p.grad is not None:`) select no subset
+_EVERY_PARAMETER = re.compile(r"^\s*(not\s+)?\(?\s*[\w.]+\.grad\s+is\s+(not\s+)?None\s*\)?\s*$|^\s*[\w.]+\.requires_grad\s*$")
+
+
+def _selects_parameters(test_text: str) -> bool:
+    """Does an `if` inside a loop over parameters pick some of them (`if "bias" in name:`)?"""
+    return not _EVERY_PARAMETER.match(test_text)
+
+
+def _filtered_iteration(iter_node: cst.BaseExpression, text: str) -> bool:
+    """`[p for p in ... if cond]` or `filter(...)` over parameters: a subset, unless the filter only
+    keeps trainable parameters or those with a gradient."""
+    node = iter_node
+    if type(node) is cst.ListComp or type(node) is cst.GeneratorExp:
+        return any(_selects_parameters(cst.Module(body=[]).code_for_node(c.test)) for c in node.for_in.ifs)
+    return "filter(" in text and "requires_grad" not in text and ".grad is not None" not in text
