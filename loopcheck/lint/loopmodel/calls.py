@@ -22,7 +22,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _string,
     _text_or,
 )
-from loopcheck.lint.loopmodel.torch_api import METHOD_EVENTS, _BUILTINS, _PARAM_METHODS
+from loopcheck.lint.loopmodel.torch_api import CLIP_FUNCTIONS, HAND_CLIP_FACTOR, METHOD_EVENTS, _BUILTINS, _PARAM_METHODS
 
 
 class BuilderCalls:
@@ -67,7 +67,7 @@ class BuilderCalls:
                 return
         qual = unit.qualify(func) or ""
         last = qual.rsplit(".", 1)[-1]
-        if last in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "dispatch_clip_grad", "clip_grad_norm_fp32"):
+        if last in CLIP_FUNCTIONS:
             params = _positional(call, 0) or _kw(call, "parameters")
             owner = None
             if type(params) is cst.Call and type(params.func) is cst.Attribute and params.func.attr.value in _PARAM_METHODS:
@@ -298,6 +298,20 @@ class BuilderCalls:
             source = self.canon(arg.func.value, frame)
         self.event(EventKind.LOAD, name, call, frame, call=call, fn="load_state_dict", weights_only=None, key=key,
                    source=source, arg_text=_text_or(frame.unit, arg))
+        return True
+
+    def _m_grad_rescale(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        """`p.grad.mul_(clip_coef)` in a loop over parameters: clipping written by hand."""
+        node = recv
+        if type(node) is cst.Attribute and node.attr.value == "data":
+            node = node.value
+        if type(node) is not cst.Attribute or node.attr.value != "grad" or not call.args:
+            return False
+        factor = frame.unit.text(call.args[0].value)
+        if not (HAND_CLIP_FACTOR.search(factor) or any(HAND_CLIP_FACTOR.search(g.text) for g in self.guards)):
+            return False
+        owner = self._grad_owner(node.value, frame)
+        self.event(EventKind.CLIP, owner, call, frame, fn="hand-written clipping", params_text=frame.unit.text(node.value))
         return True
 
     def _m_requires_grad_(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:

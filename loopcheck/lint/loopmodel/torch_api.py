@@ -146,4 +146,15 @@ METHOD_EVENTS = {
     "set_epoch": "_m_set_epoch",
     "load_state_dict": "_m_load_state_dict",
     "requires_grad_": "_m_requires_grad_",
+    "mul_": "_m_grad_rescale",
+    "div_": "_m_grad_rescale",
 }
+
+# library functions that clip gradients (by norm or value)
+CLIP_FUNCTIONS = frozenset({
+    "clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "dispatch_clip_grad", "clip_grad_norm_fp32",
+    "clip_grads_with_norm_",
+})
+# `p.grad.mul_(clip_coef)`: a factor named like a clipping coefficient or a norm makes an in-place
+# rescale of the gradients hand-written clipping
+HAND_CLIP_FACTOR = re.compile(r"clip|norm|coef", re.I)
