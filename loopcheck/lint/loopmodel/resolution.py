@@ -96,10 +96,10 @@ class BuilderResolution:
             if role is Role.OPTIMIZER:
                 ev.kind = EventKind.STEP
                 closure = bool(ev.detail.get("closure"))
-                ev.detail = {"closure": closure, "closure_events": closure_events if closure else []}
+                ev.detail = {"closure": closure, "closure_events": closure_events if closure else [], "fn": ev.detail.get("fn")}
             elif role is Role.SCHEDULER:
                 ev.kind = EventKind.SCHED_STEP
-                ev.detail = {"args": ev.detail.get("args", []), "metric": ev.detail.get("metric", False)}
+                ev.detail = {"args": ev.detail.get("args", []), "metric": ev.detail.get("metric", False), "fn": ev.detail.get("fn")}
             elif role is Role.SCALER:
                 ev.kind = EventKind.SCALER_STEP
                 ev.detail = {"optimizer": ev.detail.get("optimizer")}

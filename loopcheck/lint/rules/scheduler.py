@@ -138,8 +138,9 @@ def _conditional(event: Event) -> bool:
 
 
 def _maybe_exclusive(a: Event, b: Event) -> bool:
-    """Both under their own condition (`if cfg.per_step:` / `if not cfg.per_step:`): perhaps never both."""
-    return _conditional(a) and _conditional(b)
+    """Both under their own condition (`if cfg.per_step:` / `if not cfg.per_step:`): perhaps never both;
+    or two different calls of a timm scheduler (`step_update` per update, `step(epoch)` per epoch)."""
+    return (_conditional(a) and _conditional(b)) or a.detail.get("fn") != b.detail.get("fn")
 
 
 def _stepped_in_both_loops(events: list[Event]) -> tuple[Event, Event] | None:

@@ -375,8 +375,10 @@ class AccumulatedLossNotScaled(Rule):
                 backwards = [e for e in view.loop.events if e.kind is EventKind.BACKWARD]
                 if not backwards or any(b.accumulation_guarded for b in backwards):
                     continue
-                how = (f"`{shown(stepped_optimizer(guarded[0]))}.step()` (line {guarded[0].line}) only runs under "
-                       f"`{_accumulation_test(guarded[0])}`")
+                step_text = f"`{shown(stepped_optimizer(guarded[0]))}.step()`"
+                if guarded[0].detail.get("fn") == "loss_scaler":
+                    step_text = "the optimizer step of the loss scaler call"
+                how = f"{step_text} (line {guarded[0].line}) only runs under `{_accumulation_test(guarded[0])}`"
             else:
                 backwards = _micro_batch_backwards(view)
                 if not backwards:
