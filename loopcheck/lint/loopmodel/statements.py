@@ -19,7 +19,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _target_names,
     _yielded_param,
 )
-from loopcheck.lint.loopmodel.torch_api import LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
+from loopcheck.lint.loopmodel.torch_api import SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
 from loopcheck.lint.loopmodel.units import _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 
@@ -242,9 +242,21 @@ class BuilderStatements:
                 if item.asname is not None:
                     for name in _target_names(item.asname.name):
                         frame.env[name] = name
+                    self._scaled_loss_context(item.item, item.asname.name, frame)
             self.walk_suite(stmt.body, frame)
         finally:
             frame.no_grad, frame.autocast, frame.grad_conditional = saved
+
+    def _scaled_loss_context(self, expr: cst.BaseExpression, target: cst.BaseExpression, frame: _Frame) -> None:
+        """`with amp.scale_loss(loss, optimizer) as scaled_loss:` (apex): the scaled loss is the loss
+        times the loss scale, divided when the loss was."""
+        if type(expr) is not cst.Call or type(target) is not cst.Name:
+            return
+        if (frame.unit.qualify(expr.func) or "").rsplit(".", 1)[-1] not in SCALED_LOSS_CONTEXTS:
+            return
+        loss = _positional(expr, 0) or _kw(expr, "loss")
+        if loss is not None:
+            self.divided[target.value] = self.value_of(loss, frame).divided
 
     def _enter_context(self, expr: cst.BaseExpression, node: cst.CSTNode, frame: _Frame) -> None:
         if type(expr) is not cst.Call:

@@ -160,6 +160,9 @@ CLIP_FUNCTIONS = frozenset({
 # update_grad=...)`: backward of the scaled loss, unscale, clip, optimizer step and scale update in
 # one call (the step only when `update_grad` is true)
 LOSS_SCALER_CLASSES = frozenset({"NativeScaler", "NativeScalerWithGradNormCount", "ApexScaler", "LossScaler"})
+# context managers that hand out the scaled loss (apex `amp.scale_loss(loss, optimizer)`); the
+# gradients are unscaled when the block exits
+SCALED_LOSS_CONTEXTS = frozenset({"scale_loss"})
 LOSS_SCALER_NAME = re.compile(r"(^|[._])(loss_scaler|amp_scaler|grad_scaler|scaler)$")
 # `p.grad.mul_(clip_coef)`: a factor named like a clipping coefficient or a norm makes an in-place
 # rescale of the gradients hand-written clipping
