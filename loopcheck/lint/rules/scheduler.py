@@ -33,6 +33,8 @@ K = EventKind
 _OPT_STEPS = (K.STEP, K.SCALER_STEP)
 _PLATEAU = frozenset({"ReduceLROnPlateau", "PlateauLRScheduler"})
 _EPOCH_WORD = re.compile(r"epoch", re.I)
+# a test on which schedule the configuration chose
+_SCHEDULE_CHOICE = re.compile(r"sched|plateau|lr_policy|lr_decay_type|decay_type", re.I)
 _STEP_WORD = re.compile(r"len\(|step|iter|batch|update", re.I)
 
 
@@ -333,6 +335,8 @@ class PlateauWithoutMetric(Rule):
             binding = _scheduler(ctx, event)
             if binding is None or binding.cls != "ReduceLROnPlateau":
                 continue  # timm's PlateauLRScheduler takes `step(epoch, metric)`: another signature
+            if any(_SCHEDULE_CHOICE.search(g.text) for g in event.guards):
+                continue  # `if cfg.scheduler in PER_STEP:`: on this path the schedule is another class
             name = _name(event)
             metric = _metric_arg(event)
             if metric is None:
