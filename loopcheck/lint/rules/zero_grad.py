@@ -253,8 +253,10 @@ class ZeroGradBetweenBackwardAndStep(Rule):
                         f"sees zero gradients and the model never learns. Move the reset before the "
                         f"forward pass or after the step.",
                     )
-                if not view.single:
-                    continue
+                if not view.single or any(
+                    n != opt and view.model.role(n) is Role.OPTIMIZER for n in view.loop.escapes
+                ):
+                    continue  # another optimizer may be stepped by a helper the model did not follow
                 for earlier, reset, later, step in _wiping_resets(view, opt):
                     if id(reset) in reported or _grad_read_between(ctx, earlier, reset):
                         continue
