@@ -644,3 +644,60 @@ def test_self_calls_are_found_by_whole_word() -> None:
 
     source = "myself.a() self.b() (self.c ()) xcls.d() cls.e() super().f() _self.g() éself.h()\n"
     assert _self_called(source) == {"b", "c", "e", "f"}
+
+
+def test_paths_needing_one_test_true_and_false_are_dropped():
+    m = model_of("""
+        import torch
+        def train(model, loader, accumulate):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                if not accumulate:
+                    opt.zero_grad()
+                loss = model(x).sum()
+                if accumulate:
+                    loss.backward()
+                else:
+                    loss.backward()
+                    opt.step()
+    """)
+    loop = only_loop(m, LoopKind.BATCH)
+    shapes = sorted(tuple(e.kind.value for e in trace if e.kind is not K.FORWARD) for trace in loop.traces)
+    # the reset (accumulate false) never meets the accumulating branch (accumulate true)
+    assert ("zero_grad", "backward") not in shapes
+    assert ("zero_grad", "backward", "step") in shapes and ("backward",) in shapes
+
+
+def test_subset_gradient_reset_is_marked_and_full_reset_is_not():
+    m = model_of("""
+        import torch
+        def train(model, loader):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x).sum().backward()
+                for name, p in model.named_parameters():
+                    if "bias" in name:
+                        p.grad = None
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad = None
+                opt.step()
+    """)
+    resets = [e for e in m.events if e.kind is K.ZERO_GRAD]
+    assert [e.detail.get("subset") for e in resets] == [True, False]
+
+
+def test_timm_style_loss_scaler_call_is_a_backward_and_a_step():
+    m = model_of("""
+        import torch
+        from timm.utils import NativeScaler
+        def train(model, loader):
+            opt = torch.optim.AdamW(model.parameters())
+            loss_scaler = NativeScaler()
+            for x in loader:
+                opt.zero_grad()
+                loss_scaler(model(x).mean(), opt, clip_grad=1.0, parameters=model.parameters())
+    """)
+    assert kinds(only_loop(m, LoopKind.BATCH).events) == [
+        ("zero_grad", "opt"), ("forward", "model"), ("backward", "model(x).mean()"), ("step", "opt"),
+    ]

@@ -490,7 +490,7 @@ def test_messages_name_the_objects():
                     opt.step()
     """)
     (finding,) = [f for f in lint_source(source) if f.code == "LC201"]
-    assert finding.message.startswith("`sched.step()` runs before `opt.step()` in the batch loop")
+    assert finding.message.startswith("`sched.step()` (line 10) runs before `opt.step()` (line 13) in the batch loop")
     assert finding.severity.value == "error"
 
 

@@ -67,7 +67,7 @@ def test_reset_between_backward_and_step() -> None:
     """), select=["LC1"])
     assert [(f.line, f.code) for f in findings] == [(7, "LC102")]
     message = findings[0].message
-    assert message.startswith("`optimizer.zero_grad()` runs after `loss.backward()` and before `optimizer.step()`")
+    assert message.startswith("`optimizer.zero_grad()` (line 7) runs after `loss.backward()` (line 6) and before `optimizer.step()` (line 8)")
     assert "Move the reset before the forward pass or after the step" in message
 
 

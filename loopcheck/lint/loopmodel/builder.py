@@ -40,6 +40,7 @@ class _Builder(
         self.blocks: list[list] = [[]]
         self.guards: list[Guard] = []
         self.transparent = 0
+        self.param_filters = 0  # `if` tests met inside a loop over parameters: resets there touch a subset
         self.usage: dict[str, set[str]] = {}
         self.candidates: dict[str, str] = {}  # name-evidence candidates: canonical -> file
         self.annotations: dict[str, Role] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from loopcheck.lint.syntax import child_nodes
-from loopcheck.lint.loopmodel.facts import Event, EventKind
+from loopcheck.lint.loopmodel.facts import Event, EventKind, Guard, Role
 from loopcheck.lint.loopmodel.frames import _Frame
 from loopcheck.lint.loopmodel.nodes import (
     _EXPRESSION_PART,
@@ -22,7 +22,17 @@ from loopcheck.lint.loopmodel.nodes import (
     _string,
     _text_or,
 )
-from loopcheck.lint.loopmodel.torch_api import METHOD_EVENTS, _BUILTINS, _PARAM_METHODS
+from loopcheck.lint.loopmodel.torch_api import (
+    CLIP_FUNCTIONS,
+    HAND_CLIP_FACTOR,
+    LOSS_SCALER_CLASSES,
+    LOSS_SCALER_NAME,
+    METHOD_EVENTS,
+    _BUILTINS,
+    _PARAM_METHODS,
+    is_accumulation_test,
+)
+from loopcheck.lint.loopmodel.traces import _Branch
 
 
 class BuilderCalls:
@@ -67,7 +77,7 @@ class BuilderCalls:
                 return
         qual = unit.qualify(func) or ""
         last = qual.rsplit(".", 1)[-1]
-        if last in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "dispatch_clip_grad", "clip_grad_norm_fp32"):
+        if last in CLIP_FUNCTIONS:
             params = _positional(call, 0) or _kw(call, "parameters")
             owner = None
             if type(params) is cst.Call and type(params.func) is cst.Attribute and params.func.attr.value in _PARAM_METHODS:
@@ -96,6 +106,8 @@ class BuilderCalls:
             if tensor is not None:
                 self._backward(call, tensor, frame, via_fn=qual)
             return
+        if self._loss_scaler_call(call, frame):
+            return
         if self._project_class(func, frame) is not None:
             return  # constructing a model / EMA class of the project is not a forward pass
         if type(func) is cst.Name and func.value in _BUILTINS:
@@ -107,6 +119,42 @@ class BuilderCalls:
             if name and name not in unit.imports:
                 self.use(name, "call", frame)
                 self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call)
+
+    def _loss_scaler_call(self, call: cst.Call, frame: _Frame) -> bool:
+        """`loss_scaler(loss, optimizer, ...)` of a timm-style scaler: a backward pass and a step."""
+        func = call.func
+        if not isinstance(func, (cst.Name, cst.Attribute)):
+            return False
+        name = self.canon(func, frame)
+        binding = self.bindings.get(name or "")
+        known = binding is not None and binding.cls in LOSS_SCALER_CLASSES
+        if not (known or LOSS_SCALER_NAME.search(name or "")):
+            return False
+        loss = _positional(call, 0) or _kw(call, "loss")
+        opt = _positional(call, 1) or _kw(call, "optimizer")
+        if loss is None or opt is None:
+            return False
+        if binding is None and name:
+            self.bind(name, Role.SCALER, frame, evidence="usage")
+        self._backward(call, loss, frame, via_fn=f"{name}(...)")
+        opt_name = self.target(opt, frame)
+        if not opt_name:
+            return True
+        self.use(opt_name, "step", frame)
+        update = _kw(call, "update_grad")
+        always = update is None or _literal_bool(update) is True
+        if not always:
+            text = frame.unit.text(update)
+            self.blocks.append([])
+            self.guards.append(Guard(text, is_accumulation_test(text)))
+        try:
+            self.event(EventKind.STEP, opt_name, call, frame, pending="step", closure=False, args=[], metric=False,
+                       fn="loss_scaler")
+        finally:
+            if not always:
+                self.guards.pop()
+                self.block.append(_Branch([self.blocks.pop(), []]))
+        return True
 
     def _escape(self, call: cst.Call, frame: _Frame) -> None:
         if not self.loop_stack:
@@ -184,7 +232,8 @@ class BuilderCalls:
             return False
         self.use(name, "step", frame)
         closure = _positional(call, 0) or _kw(call, "closure")
-        detail: dict = {"args": list(call.args), "metric": bool(_positional(call, 0) is not None or _kw(call, "metrics") is not None)}
+        detail: dict = {"args": list(call.args), "metric": bool(_positional(call, 0) is not None or _kw(call, "metrics") is not None),
+                        "fn": call.func.attr.value}  # type: ignore[attr-defined]
         if closure is not None:
             detail["closure_events"] = self._closure_events(closure, frame)
             opt_arg = self.target(closure, frame) if isinstance(closure, (cst.Name, cst.Attribute)) else None
@@ -298,6 +347,20 @@ class BuilderCalls:
             source = self.canon(arg.func.value, frame)
         self.event(EventKind.LOAD, name, call, frame, call=call, fn="load_state_dict", weights_only=None, key=key,
                    source=source, arg_text=_text_or(frame.unit, arg))
+        return True
+
+    def _m_grad_rescale(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        """`p.grad.mul_(clip_coef)` in a loop over parameters: clipping written by hand."""
+        node = recv
+        if type(node) is cst.Attribute and node.attr.value == "data":
+            node = node.value
+        if type(node) is not cst.Attribute or node.attr.value != "grad" or not call.args:
+            return False
+        factor = frame.unit.text(call.args[0].value)
+        if not (HAND_CLIP_FACTOR.search(factor) or any(HAND_CLIP_FACTOR.search(g.text) for g in self.guards)):
+            return False
+        owner = self._grad_owner(node.value, frame)
+        self.event(EventKind.CLIP, owner, call, frame, fn="hand-written clipping", params_text=frame.unit.text(node.value))
         return True
 
     def _m_requires_grad_(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:

@@ -168,6 +168,8 @@ def _is_ema_helper(fdef: cst.FunctionDef) -> bool:
     if not re.search(r"(^|_)(ema|swa|moving_average|average)(_|$)|ema$|^ema", name):
         return False
     code = cst.Module(body=[]).code_for_node(fdef.body)
+    if re.search(r"\.grad\b(?!_)", code):
+        return False  # `average_gradients(model, n)`: scales gradients, averages no weights
     return bool(re.search(r"\.(lerp_|mul_|add_|copy_)\(|\blerp\(", code))
 
 

@@ -16,7 +16,7 @@ from loopcheck.lint.loopmodel.facts import (
 )
 from loopcheck.lint.loopmodel.nodes import _split_of
 from loopcheck.lint.loopmodel.torch_api import _NAME_ROLES
-from loopcheck.lint.loopmodel.traces import _expand
+from loopcheck.lint.loopmodel.traces import _expand, feasible
 
 
 class BuilderResolution:
@@ -34,6 +34,7 @@ class BuilderResolution:
         for loop in self._all_loops():
             block = self.loop_blocks.get(id(loop), [])
             expanded = _expand(block, self.dropped)
+            expanded = [path for path in expanded if feasible(path[0])] or expanded
             loop.traces = [evs for evs, _ in expanded]
             loop.trace_ends = [end for _, end in expanded]
         return ModuleModel(path=self.path, module=self.main.module, bindings=self.bindings, loops=self.loops, events=events)
@@ -95,10 +96,10 @@ class BuilderResolution:
             if role is Role.OPTIMIZER:
                 ev.kind = EventKind.STEP
                 closure = bool(ev.detail.get("closure"))
-                ev.detail = {"closure": closure, "closure_events": closure_events if closure else []}
+                ev.detail = {"closure": closure, "closure_events": closure_events if closure else [], "fn": ev.detail.get("fn")}
             elif role is Role.SCHEDULER:
                 ev.kind = EventKind.SCHED_STEP
-                ev.detail = {"args": ev.detail.get("args", []), "metric": ev.detail.get("metric", False)}
+                ev.detail = {"args": ev.detail.get("args", []), "metric": ev.detail.get("metric", False), "fn": ev.detail.get("fn")}
             elif role is Role.SCALER:
                 ev.kind = EventKind.SCALER_STEP
                 ev.detail = {"optimizer": ev.detail.get("optimizer")}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind
@@ -17,7 +19,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _target_names,
     _yielded_param,
 )
-from loopcheck.lint.loopmodel.torch_api import LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
+from loopcheck.lint.loopmodel.torch_api import SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
 from loopcheck.lint.loopmodel.units import _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 
@@ -83,6 +85,8 @@ class BuilderStatements:
         known = self._truth(stmt.test, frame)
         orelse = stmt.orelse
         if self.transparent or known is not None:
+            if self.transparent and known is None and _selects_parameters(frame.unit.text(stmt.test)):
+                self.param_filters += 1  # the rest of this parameter loop acts on a subset
             if known is not False:
                 self.walk_suite(stmt.body, frame)
             if known is not True and orelse is not None:
@@ -163,11 +167,15 @@ class BuilderStatements:
                 for name in _target_names(stmt.target):
                     frame.env[name] = name
                     self.param_owner[name] = owner
+                filters = self.param_filters
+                if _filtered_iteration(stmt.iter, frame.unit.text(stmt.iter)):
+                    self.param_filters += 1
                 self.transparent += 1
                 try:
                     self.walk_suite(stmt.body, frame)
                 finally:
                     self.transparent -= 1
+                    self.param_filters = filters
                 return
             for name in _target_names(stmt.target):
                 frame.env[name] = name
@@ -234,9 +242,21 @@ class BuilderStatements:
                 if item.asname is not None:
                     for name in _target_names(item.asname.name):
                         frame.env[name] = name
+                    self._scaled_loss_context(item.item, item.asname.name, frame)
             self.walk_suite(stmt.body, frame)
         finally:
             frame.no_grad, frame.autocast, frame.grad_conditional = saved
+
+    def _scaled_loss_context(self, expr: cst.BaseExpression, target: cst.BaseExpression, frame: _Frame) -> None:
+        """`with amp.scale_loss(loss, optimizer) as scaled_loss:` (apex): the scaled loss is the loss
+        times the loss scale, divided when the loss was."""
+        if type(expr) is not cst.Call or type(target) is not cst.Name:
+            return
+        if (frame.unit.qualify(expr.func) or "").rsplit(".", 1)[-1] not in SCALED_LOSS_CONTEXTS:
+            return
+        loss = _positional(expr, 0) or _kw(expr, "loss")
+        if loss is not None:
+            self.divided[target.value] = self.value_of(loss, frame).divided
 
     def _enter_context(self, expr: cst.BaseExpression, node: cst.CSTNode, frame: _Frame) -> None:
         if type(expr) is not cst.Call:
@@ -336,7 +356,7 @@ class BuilderStatements:
             if _is_none(value) or (type(value) is cst.Call and (_dotted(value.func) or "").endswith("zeros_like")):
                 owner = self._grad_owner(target.value, frame)
                 self.event(EventKind.ZERO_GRAD, owner, stmt, frame, form="grad_none" if _is_none(value) else "grad_zero",
-                           set_to_none=_is_none(value))
+                           set_to_none=_is_none(value), subset=self.param_filters > 0)
             return
         if type(target) is cst.Attribute and target.attr.value == "requires_grad":
             if _literal_bool(value) is False:
@@ -377,6 +397,7 @@ class BuilderStatements:
             self.assigned[tc] = (frame.unit, value)
             self.divided[tc] = False
             self.dicts.pop(tc, None)
+            self.instances.pop(tc, None)  # the name now holds a library object, not a project class's
             return
         if val.canon is not None and val.canon != tc and val.canon != "None":
             if name is not None:
@@ -437,3 +458,21 @@ class BuilderStatements:
         if name in self.param_owner:
             return self.param_owner[name]
         return name.split(".")[0] if "." in name else None
+
+
+# tests that keep every parameter with a gradient (`if p.grad is not None:`) select no subset
+_EVERY_PARAMETER = re.compile(r"^\s*(not\s+)?\(?\s*[\w.]+\.grad\s+is\s+(not\s+)?None\s*\)?\s*$|^\s*[\w.]+\.requires_grad\s*$")
+
+
+def _selects_parameters(test_text: str) -> bool:
+    """Does an `if` inside a loop over parameters pick some of them (`if "bias" in name:`)?"""
+    return not _EVERY_PARAMETER.match(test_text)
+
+
+def _filtered_iteration(iter_node: cst.BaseExpression, text: str) -> bool:
+    """`[p for p in ... if cond]` or `filter(...)` over parameters: a subset, unless the filter only
+    keeps trainable parameters or those with a gradient."""
+    node = iter_node
+    if type(node) is cst.ListComp or type(node) is cst.GeneratorExp:
+        return any(_selects_parameters(cst.Module(body=[]).code_for_node(c.test)) for c in node.for_in.ifs)
+    return "filter(" in text and "requires_grad" not in text and ".grad is not None" not in text

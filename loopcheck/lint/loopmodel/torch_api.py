@@ -146,4 +146,24 @@ METHOD_EVENTS = {
     "set_epoch": "_m_set_epoch",
     "load_state_dict": "_m_load_state_dict",
     "requires_grad_": "_m_requires_grad_",
+    "step_update": "_m_step",  # timm schedulers: per optimizer update (`step(epoch)` per epoch)
+    "mul_": "_m_grad_rescale",
+    "div_": "_m_grad_rescale",
 }
+
+# library functions that clip gradients (by norm or value)
+CLIP_FUNCTIONS = frozenset({
+    "clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "dispatch_clip_grad", "clip_grad_norm_fp32",
+    "clip_grads_with_norm_", "clip_gradients",  # Lightning Fabric / LightningModule
+})
+# timm-style loss scalers, called as `loss_scaler(loss, optimizer, clip_grad=..., parameters=...,
+# update_grad=...)`: backward of the scaled loss, unscale, clip, optimizer step and scale update in
+# one call (the step only when `update_grad` is true)
+LOSS_SCALER_CLASSES = frozenset({"NativeScaler", "NativeScalerWithGradNormCount", "ApexScaler", "LossScaler"})
+# context managers that hand out the scaled loss (apex `amp.scale_loss(loss, optimizer)`); the
+# gradients are unscaled when the block exits
+SCALED_LOSS_CONTEXTS = frozenset({"scale_loss"})
+LOSS_SCALER_NAME = re.compile(r"(^|[._])(loss_scaler|amp_scaler|grad_scaler|scaler)$")
+# `p.grad.mul_(clip_coef)`: a factor named like a clipping coefficient or a norm makes an in-place
+# rescale of the gradients hand-written clipping
+HAND_CLIP_FACTOR = re.compile(r"clip|norm|coef", re.I)

@@ -71,3 +71,25 @@ def _expand(block: list, dropped: set[int]) -> list[tuple[list[Event], str | Non
                 break
         paths = new[:_MAX_PATHS]
     return paths
+
+
+def _condition(text: str, negated: bool) -> tuple[str, bool]:
+    """A guard as (test without a leading `not`, the truth it needs)."""
+    text = " ".join(text.split())
+    while text.startswith("not "):
+        text, negated = text[4:].strip(), not negated
+    if text.startswith("(") and text.endswith(")") and text.count("(") == 1:
+        text = text[1:-1].strip()
+    return text, not negated
+
+
+def feasible(events: list[Event]) -> bool:
+    """False when a path needs one test both true and false (`if not accumulate:` early in the
+    iteration, the `else` of `if accumulate:` later): such a path never runs."""
+    needed: dict[str, bool] = {}
+    for event in events:
+        for guard in event.guards:
+            test, truth = _condition(guard.text, guard.negated)
+            if needed.setdefault(test, truth) is not truth:
+                return False
+    return True

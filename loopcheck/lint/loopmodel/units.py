@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from loopcheck.lint.loopmodel.builder import _Builder
 
 
+_SETS_LR = re.compile(r"\[\s*['\"]lr['\"]\s*\]\s*=(?!=)")
+
+
 class _Class:
     def __init__(self, name: str, node: cst.ClassDef, unit: "_Unit") -> None:
         self.name = name
@@ -65,7 +68,18 @@ class _Class:
             return Role.SCHEDULER
         if any(n in ("Module", "Sequential", "ModuleList", "PreTrainedModel", "LightningModule") for n in lasts[1:]):
             return Role.CRITERION if self.name.endswith("Loss") else Role.MODEL
+        if self._sets_learning_rate():
+            return Role.SCHEDULER
         return None
+
+    def _sets_learning_rate(self) -> bool:
+        """A schedule written as a plain class: its `step()` writes `param_group["lr"]` and steps no
+        optimizer (a warm-up wrapper that also steps the optimizer it holds is not a scheduler)."""
+        step = self.method("step")
+        if step is None or self.method("zero_grad") is not None:
+            return False
+        code = cst.Module(body=[]).code_for_node(step[0])
+        return bool(_SETS_LR.search(code)) and not re.search(r"\.step\(", code)
 
 
 def _constant_truth(node: cst.BaseExpression | None) -> bool | None:

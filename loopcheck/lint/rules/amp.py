@@ -17,6 +17,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
 from loopcheck.lint.positions import node_span
+from loopcheck.lint.rules._display import shown
 from loopcheck.lint.rules._shared import Trace, iteration_loop, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import ModuleIndex, dotted, index_for
@@ -77,6 +78,11 @@ def _scaler_step_nodes(trace: Trace) -> set[int]:
     return {id(e.node) for e in trace.events if e.kind is K.SCALER_STEP}
 
 
+def _text(event: Event) -> str:
+    module = event.module
+    return module.code_for_node(event.node).strip() if module is not None else "p.grad.mul_(...)"
+
+
 def _optimizer_of(event: Event) -> str | None:
     opt = event.detail.get("optimizer")
     return opt if isinstance(opt, str) else None
@@ -101,14 +107,18 @@ class ClipBeforeUnscale(Rule):
             if scaled is None or _opaque_between(trace, scaled, clip) or not trace.remember(seen, clip):
                 continue
             scaler = scaled.detail.get("scaler") or "scaler"
-            opt = _next_scaler_optimizer(trace, i, scaler) or "optimizer"
+            opt = shown(_next_scaler_optimizer(trace, i, scaler), "optimizer")
+            scaler = shown(scaler)
             fn = clip.detail.get("fn") or "clip_grad_norm_"
+            what = f"`{fn}` (line {clip.line})"
+            if fn == "hand-written clipping":
+                what = f"the hand-written clipping `{_text(clip)}` (line {clip.line})"
             yield self.finding(
                 ctx,
                 clip,
-                f"`{fn}` clips gradients that `{scaler}.scale(loss).backward()` multiplied by the loss "
-                f"scale, so the threshold is off by that factor and the step is shrunk; call "
-                f"`{scaler}.unscale_({opt})` before clipping",
+                f"{what} clips gradients that `{scaler}.scale(loss).backward()` (line {scaled.line}) "
+                f"multiplied by the loss scale, so the threshold is off by that factor and the step is "
+                f"shrunk; call `{scaler}.unscale_({opt})` before clipping",
             )
 
 

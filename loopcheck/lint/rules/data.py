@@ -18,6 +18,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Binding, EventKind, Loop, LoopKind, Role
 from loopcheck.lint.project import parse_path
+from loopcheck.lint.rules._display import shown
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import Flow, ModuleIndex, Where, code_of, dotted, first_arg, index_for, keyword_arg
 
@@ -136,13 +137,32 @@ def _outer(loop: Loop) -> Loop | None:
     return loop.parent
 
 
+_SET_EPOCH_CALL = re.compile(r"\.set_epoch\s*\(")
+_SAMPLER_ATTRS = (".sampler", ".batch_sampler")
+
+
+def _set_epoch_targets(ctx: FileContext) -> list[str] | None:
+    """The objects `set_epoch` is called on, as the model names them; None when some call is not
+    one the model resolved (a helper it did not follow, an unknown receiver)."""
+    events = [e for e in ctx.model.events if e.kind is EventKind.SET_EPOCH]
+    if any(not e.target for e in events):
+        return None
+    seen = {(e.path, e.line) for e in events}
+    texts = ctx.texts
+    if texts is None or sum(len(_SET_EPOCH_CALL.findall(text)) for text in texts) > len(seen):
+        return None
+    return [e.target for e in events]  # type: ignore[misc]
+
+
 class SamplerSetEpochMissing(Rule):
     code = "LC701"
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if any(e.kind is EventKind.SET_EPOCH for e in ctx.model.events) or "set_epoch" in ctx.source:
-            return  # set_epoch is called somewhere: which sampler it reaches is not worth guessing
+        targets = _set_epoch_targets(ctx)
+        if targets is None:
+            return  # a set_epoch call the model cannot place: which sampler it reaches is not guessed
         flow = Flow(ctx)
+        samplers = self._samplers_of_loaders(ctx)
         reported: set[int] = set()
         for loop in _training_loops(ctx):
             epoch = _outer(loop)
@@ -152,44 +172,114 @@ class SamplerSetEpochMissing(Rule):
             arg = _arg(loader.call, "sampler", _SAMPLER_AT)
             if arg is None or _is_none(arg):
                 continue
-            sampler = self._distributed_sampler(flow, loader.index, arg.value, loader.call)
-            if sampler is None or id(sampler.node) in reported or _inside(sampler.index, sampler.node, epoch):
+            if not self._all_elsewhere(targets, loader.name, {dotted(arg.value), code_of(arg.value)}, samplers):
                 continue
-            shuffle = keyword_arg(sampler.node, "shuffle")  # type: ignore[arg-type]
+            sampler = self._distributed_sampler(flow, loader.index, arg.value, loader.call)
+            if sampler is None or {id(sampler.node), id(loader.call)} & reported or _inside(sampler.index, sampler.node, epoch):
+                continue
+            shuffle = keyword_arg(sampler.node, "shuffle") if isinstance(sampler.node, cst.Call) else None
             if shuffle is not None and _bool(shuffle) is not True:
                 continue  # shuffle=False: the order does not depend on the epoch; unknown: say nothing
-            at = _report_at(flow, loop, sampler.index, sampler.node)
-            at = at or _report_at(flow, loop, loader.index, loader.call)
+            at = None
+            if sampler.index is loader.index and sampler.index.scope_of(sampler.node) is loader.index.scope_of(loader.call):
+                at = _report_at(flow, loop, sampler.index, sampler.node)
+            at = at or _report_at(flow, loop, loader.index, loader.call)  # built by a helper: the loader's line
             if at is None:
                 continue
-            reported.add(id(sampler.node))
+            reported.add(id(sampler.node) if at is sampler.node else id(loader.call))
             name = dotted(arg.value)
-            call = f"{name}.set_epoch(epoch)" if name else f"{loader.name}.sampler.set_epoch(epoch)"
+            call = f"{name}.set_epoch(epoch)" if name else f"{shown(loader.name)}.sampler.set_epoch(epoch)"
+            lines = sorted({e.line for e in ctx.model.events if e.kind is EventKind.SET_EPOCH and e.path == ctx.path})
+            others = f" (the `set_epoch` at line {', '.join(map(str, lines))} reaches another loader's sampler)" if lines else ""
             yield self.finding(
                 ctx,
                 at,
-                f"the DistributedSampler of `{loader.name}` never gets `set_epoch`: every epoch replays "
-                f"the same order on every rank; call `{call}` at the top of each epoch",
+                f"the DistributedSampler of `{shown(loader.name)}` (iterated at line {loop.line}, epochs "
+                f"looped at line {epoch.line}) never gets `set_epoch`{others}: every epoch replays the "
+                f"same order on every rank; call `{call}` at the top of each epoch",
             )
 
     @staticmethod
+    def _samplers_of_loaders(ctx: FileContext) -> dict[str, str]:
+        """Sampler name -> the loader it was given to, for the loaders the model knows."""
+        out: dict[str, str] = {}
+        for name, binding in ctx.model.bindings.items():
+            if binding.role is Role.LOADER and binding.call is not None:
+                arg = _arg(binding.call, "sampler", _SAMPLER_AT)
+                if arg is not None and not _is_none(arg):
+                    # the model names `loader.sampler` by the sampler's expression
+                    for text in (dotted(arg.value), code_of(arg.value)):
+                        if text:
+                            out[text] = name
+        return out
+
+    @staticmethod
+    def _all_elsewhere(targets: list[str], loader: str, sampler: set[str | None], samplers: dict[str, str]) -> bool:
+        """Does every `set_epoch` call provably reach another loader's sampler than this one?"""
+        for target in targets:
+            if target in sampler or target == loader or target.startswith(loader + "."):
+                return False
+            base = next((target[: -len(a)] for a in _SAMPLER_ATTRS if target.endswith(a)), None)
+            if base is not None and base in samplers.values():
+                continue  # `val_loader.sampler.set_epoch(...)`: another loader
+            if target in samplers and samplers[target] != loader:
+                continue  # the sampler handed to another loader
+            return False  # an object the rule cannot relate: assume it is this sampler
+        return True
+
+    @staticmethod
     def _distributed_sampler(flow: Flow, index: ModuleIndex, expr, at) -> Where | None:
-        """The `DistributedSampler(...)` call `expr` refers to."""
+        """The call that builds the DistributedSampler (or a project subclass of it) `expr` refers to."""
+        call, found_index = None, index
         if isinstance(expr, cst.Call):
             call = expr
-            found_index = index
         else:
-            obj = flow.obj(index, expr, at)
-            if obj is None or obj.kind != "call":
-                return None
-            call = obj.where.node
-            found_index = obj.where.index
-        if not isinstance(call, cst.Call) or not isinstance(call.func, (cst.Name, cst.Attribute)):
+            values = flow.values_of(index, expr, at) if isinstance(expr, (cst.Name, cst.Attribute)) else []
+            if len(values) == 1 and values[0][3] is None and isinstance(values[0][1], cst.Call):
+                found_index, call = values[0][0], values[0][1]
+        if call is not None and _builds_distributed_sampler(flow, found_index, call):
+            return Where(found_index, call)
+        if call is not None and isinstance(call.func, (cst.Name, cst.Attribute)):
+            helper = flow.definition(found_index, call.func)  # `make_sampler(dataset)` returning one
+            if helper is not None and type(helper.node) is cst.FunctionDef:
+                returned = flow.returns(helper)
+                if len(returned) == 1 and isinstance(returned[0], cst.Call):
+                    if _builds_distributed_sampler(flow, helper.index, returned[0]):
+                        return Where(helper.index, returned[0])
+        obj = flow.obj(index, expr, at)  # a helper that returns one
+        if obj is None or obj.kind != "call" or not isinstance(obj.where.node, cst.Call):
             return None
-        qualified = found_index.qualify(call.func) or ""
-        if qualified.rpartition(".")[2] != "DistributedSampler":
+        if not _builds_distributed_sampler(flow, obj.where.index, obj.where.node):
             return None
-        return Where(found_index, call)
+        return Where(obj.where.index, obj.where.node)
+
+
+def _builds_distributed_sampler(flow: Flow, index: ModuleIndex, call: cst.Call) -> bool:
+    """`DistributedSampler(...)` under any import alias, or a project subclass of it that keeps its
+    epoch-seeded order (no `__iter__` of its own, or one that reads `self.epoch`)."""
+    if not isinstance(call.func, (cst.Name, cst.Attribute)):
+        return False
+    qualified = index.qualify(call.func) or ""
+    if qualified.rpartition(".")[2] == "DistributedSampler":
+        return True
+    found = flow.definition(index, call.func)
+    if found is None or type(found.node) is not cst.ClassDef:
+        return False
+    classes = flow.bases(found)
+    if not any(
+        (current.index.qualify(base.value) or code_of(base.value)).rpartition(".")[2] == "DistributedSampler"
+        for current in classes
+        for base in current.node.bases  # type: ignore[attr-defined]
+        if isinstance(base.value, (cst.Name, cst.Attribute))
+    ):
+        return False
+    for current in classes:
+        methods = current.index.methods(current.node)  # type: ignore[arg-type]
+        if "set_epoch" in methods:
+            return False  # its own epoch handling: not guessed
+        if "__iter__" in methods:
+            return "self.epoch" in code_of(methods["__iter__"])
+    return True
 
 
 class TrainLoaderNotShuffled(Rule):

@@ -25,6 +25,7 @@ from loopcheck.lint.loopmodel import (
     Role,
     SchedulerCadence,
 )
+from loopcheck.lint.rules._display import shown
 from loopcheck.lint.rules._shared import inside
 from loopcheck.lint.rules.base import FileContext, Rule
 
@@ -32,6 +33,8 @@ K = EventKind
 _OPT_STEPS = (K.STEP, K.SCALER_STEP)
 _PLATEAU = frozenset({"ReduceLROnPlateau", "PlateauLRScheduler"})
 _EPOCH_WORD = re.compile(r"epoch", re.I)
+# a test on which schedule the configuration chose
+_SCHEDULE_CHOICE = re.compile(r"sched|plateau|lr_policy|lr_decay_type|decay_type", re.I)
 _STEP_WORD = re.compile(r"len\(|step|iter|batch|update", re.I)
 
 
@@ -113,12 +116,23 @@ def _sized_in_epochs_only(binding: Binding) -> bool:
     return bool(_EPOCH_WORD.search(values)) and not _STEP_WORD.search(values)
 
 
-def _mentions(text: str, names: set[str]) -> bool:
-    return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
-
-
 def _name(event: Event) -> str:
-    return event.target or "scheduler"
+    return shown(event.target, "scheduler")
+
+
+def _skips_first(test: str, counters: set[str]) -> bool:
+    """`if epoch > 0:` / `if i != start_epoch:` / `if not first:`: the guard leaves out the first
+    iteration only, so a step at the top of the next one closes the previous iteration. A threshold
+    (`if epoch >= warmup:`) is not that: the step still runs before that iteration's updates."""
+    if re.search(r"\bfirst\b|_first\b|\bfirst_", test):
+        return True
+    for counter in counters:
+        c = re.escape(counter)
+        if re.search(rf"\b{c}\s*(>\s*0|!=\s*0|>=\s*1|>\s*[\w.]*start\w*|!=\s*[\w.]*start\w*)\b", test):
+            return True
+        if re.search(rf"(0\s*<|1\s*<=|[\w.]*start\w*\s*<)\s*{c}\b", test) or re.fullmatch(rf"\s*{c}\s*", test):
+            return True
+    return False
 
 
 def _conditional(event: Event) -> bool:
@@ -126,8 +140,9 @@ def _conditional(event: Event) -> bool:
 
 
 def _maybe_exclusive(a: Event, b: Event) -> bool:
-    """Both under their own condition (`if cfg.per_step:` / `if not cfg.per_step:`): perhaps never both."""
-    return _conditional(a) and _conditional(b)
+    """Both under their own condition (`if cfg.per_step:` / `if not cfg.per_step:`): perhaps never both;
+    or two different calls of a timm scheduler (`step_update` per update, `step(epoch)` per epoch)."""
+    return (_conditional(a) and _conditional(b)) or a.detail.get("fn") != b.detail.get("fn")
 
 
 def _stepped_in_both_loops(events: list[Event]) -> tuple[Event, Event] | None:
@@ -196,21 +211,21 @@ class SchedulerBeforeOptimizer(Rule):
             if binding is None or event.loop is None or _cadence(binding) is SchedulerCadence.METRIC:
                 continue
             counters = _loop_counters(event.loop)
-            if any(not g.accumulation and _mentions(g.text, counters) for g in event.guards):
+            if any(not g.accumulation and _skips_first(g.text, counters) for g in event.guards):
                 continue  # `if epoch > 0: sched.step()`: runs after the previous iteration's step
             opt = _optimizer_of(binding)
             step = _first_step_after(event.loop, event, opt, _iteration(model, event.loop))
             if step is None:
                 continue
-            opt_name = _step_target(step) or opt or "optimizer"
+            opt_name = shown(_step_target(step) or opt, "optimizer")
             where = "batch loop" if _in_batch_loop(event) else "epoch loop"
             step_text = f"scaler.step({opt_name})" if step.kind is K.SCALER_STEP else f"{opt_name}.step()"
             yield self.finding(
                 ctx,
                 event,
-                f"`{_name(event)}.step()` runs before `{step_text}` in the {where}: the first value of "
-                f"the schedule is skipped and every later one comes one step early; call it after "
-                f"`{step_text}`",
+                f"`{_name(event)}.step()` (line {event.line}) runs before `{step_text}` (line {step.line}) "
+                f"in the {where}: the first value of the schedule is skipped and every later one comes "
+                f"one step early; call it after `{step_text}`",
             )
 
 
@@ -234,13 +249,21 @@ class PerStepSchedulerSteppedPerEpoch(Rule):
                 loop = event.loop
                 if loop is None or _in_batch_loop(event):
                     continue
-                if not any(e.kind is K.BACKWARD and _in_batch_loop(e) for e in _iteration(model, loop)):
+                iteration = _iteration(model, loop)
+                if not any(e.kind is K.BACKWARD and _in_batch_loop(e) for e in iteration):
                     continue  # not an epoch loop around a batch loop
+                opt = _optimizer_of(binding)
+                steps = [e for e in iteration if _steps_optimizer(e, opt)]
+                if not steps or any(e.loop is loop for e in steps):
+                    continue  # stepped with the optimizer (backward in a loop over micro-batches), or no step seen
+                shown_name = shown(name)
                 yield self.finding(
                     ctx,
                     event,
-                    f"`{name}` ({binding.cls or 'scheduler'}) is sized in optimizer steps but "
-                    f"`{name}.step()` runs once per epoch, outside the batch loop: the schedule "
+                    f"`{shown_name}` ({binding.cls or 'scheduler'}) is sized in optimizer steps but "
+                    f"`{shown_name}.step()` (line {event.line}) runs once per pass of the loop at line "
+                    f"{loop.line}, while `{_step_target(steps[0]) and shown(_step_target(steps[0])) or 'optimizer'}"
+                    f".step()` (line {steps[0].line}) runs in the batch loop inside it: the schedule "
                     f"barely leaves its first values; step it after the optimizer step in the batch loop",
                 )
 
@@ -312,6 +335,8 @@ class PlateauWithoutMetric(Rule):
             binding = _scheduler(ctx, event)
             if binding is None or binding.cls != "ReduceLROnPlateau":
                 continue  # timm's PlateauLRScheduler takes `step(epoch, metric)`: another signature
+            if any(_SCHEDULE_CHOICE.search(g.text) for g in event.guards):
+                continue  # `if cfg.scheduler in PER_STEP:`: on this path the schedule is another class
             name = _name(event)
             metric = _metric_arg(event)
             if metric is None:

@@ -13,11 +13,16 @@ a single optimizer. Steps with a closure (LBFGS) are left alone: the closure own
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
+import libcst as cst
+
 from loopcheck.findings import Finding
-from loopcheck.lint.loopmodel import Event, EventKind, Loop, ModuleModel, Role
+from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
+from loopcheck.lint.rules._display import shown
 from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.values import dotted
 
 _STEPS = (EventKind.STEP, EventKind.SCALER_STEP)
 
@@ -40,6 +45,16 @@ def _related(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
+def _wrapper_receiver(ev: Event, method: str) -> str | None:
+    """`opt.zero_grad()` / `opt.step()` of a project class followed into its body (a warm-up
+    wrapper resetting or stepping the optimizer it holds): the receiver as written, else None."""
+    for site in ev.via:
+        call = site.node
+        if site.callee.rsplit(".", 1)[-1] == method and isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+            return dotted(call.func.value)
+    return None
+
+
 class _LoopView:
     """The optimizers stepped directly in one loop and the resets that concern them."""
 
@@ -49,6 +64,7 @@ class _LoopView:
         self.all_events = loop.all_events()
         self.steps: dict[str, list[Event]] = {}
         self.closure_steps: set[str] = set()
+        self.aliases: dict[str, set[str]] = {}  # optimizer -> the wrapper objects stepping it
         for ev in loop.events:
             opt = stepped_optimizer(ev)
             if opt is None:
@@ -56,6 +72,9 @@ class _LoopView:
             if ev.kind is EventKind.STEP and ev.detail.get("closure"):
                 self.closure_steps.add(opt)
             self.steps.setdefault(opt, []).append(ev)
+            wrapper = _wrapper_receiver(ev, "step")
+            if wrapper:
+                self.aliases.setdefault(opt, set()).add(wrapper)
         self.single = len(self.steps) == 1
         self.backwards = [e for e in self.all_events if e.kind is EventKind.BACKWARD]
         self.child_backward = any(
@@ -65,6 +84,13 @@ class _LoopView:
     def covers(self, reset: Event, opt: str, *, definite: bool) -> bool:
         if reset.kind is not EventKind.ZERO_GRAD:
             return False
+        if reset.detail.get("subset"):
+            # `p.grad = None` for some parameters only (`if "bias" in name:`): drops part of the
+            # gradient on purpose; not a reset of the optimizer's gradients
+            return not definite
+        wrapper = _wrapper_receiver(reset, "zero_grad")
+        if wrapper and any(_related(wrapper, name) for name in {opt} | self.aliases.get(opt, set())):
+            return True
         form = reset.detail.get("form")
         target = reset.target
         if form == "optimizer" or target == opt:  # opt.zero_grad(), or p.grad = None over opt.param_groups
@@ -98,7 +124,7 @@ def _build_views(ctx: FileContext) -> list[_LoopView]:
 def _reset_text(ev: Event) -> str:
     form = ev.detail.get("form")
     if form in ("optimizer", "model"):
-        return f"`{ev.target}.zero_grad()`"
+        return f"`{shown(ev.target)}.zero_grad()`"
     if form == "grad_none":
         return "`p.grad = None`"
     return "`p.grad.zero_()`"
@@ -139,6 +165,49 @@ def _scan(view: _LoopView, opt: str) -> Iterator[tuple[str, Event, Event, Event 
                 yield "between", reset, step, seq[backward_at], backward_at < offset
 
 
+def _feeding_backwards(traces: list[list[Event]], opt: str) -> set[int]:
+    """The backward passes that come before a step of `opt` on some path of one iteration."""
+    out: set[int] = set()
+    for trace in traces:
+        for i, ev in enumerate(trace):
+            if stepped_optimizer(ev) == opt:
+                out.update(id(e) for e in trace[:i] if e.kind is EventKind.BACKWARD)
+    return out
+
+
+def _accumulation_test(step: Event) -> str:
+    return next((g.text for g in step.guards if g.accumulation), "its condition")
+
+
+def _wiping_resets(view: _LoopView, opt: str) -> Iterator[tuple[Event, Event, Event, Event]]:
+    """(earlier backward, reset, later backward, step) on one path of one iteration: the reset of the
+    loop's only optimizer throws away a backward pass that was meant for the same step."""
+    for trace in view.loop.traces:
+        last_step = -1
+        for i, ev in enumerate(trace):
+            if stepped_optimizer(ev) != opt:
+                continue
+            window = trace[last_step + 1 : i]
+            last_step = i
+            resets = [j for j, e in enumerate(window) if view.covers(e, opt, definite=True)]
+            if not resets:
+                continue
+            r = resets[-1]
+            later = next((e for e in window[r + 1 :] if e.kind is EventKind.BACKWARD), None)
+            earlier = next((e for e in reversed(window[:r]) if e.kind is EventKind.BACKWARD), None)
+            if later is not None and earlier is not None:
+                yield earlier, window[r], later, ev
+
+
+def _grad_read_between(ctx: FileContext, first: Event, last: Event) -> bool:
+    """Code between two events of this file reads `.grad` (adversarial inputs, gradient logging):
+    the earlier backward was run for that, not for the step."""
+    if first.path != ctx.path or last.path != ctx.path or last.line < first.line:
+        return True
+    lines = ctx.source.splitlines()[first.line : last.line - 1]
+    return any(re.search(r"\.grad\b(?!_)", line) for line in lines)
+
+
 class ZeroGradMissing(Rule):
     code = "LC101"
 
@@ -152,10 +221,11 @@ class ZeroGradMissing(Rule):
                 step = steps[0]
                 yield self.finding(
                     ctx, step,
-                    f"`{opt}` is stepped in this loop but its gradients are never reset: every "
+                    f"`{shown(opt)}` is stepped in this loop (line {step.line}) but no `zero_grad()` or "
+                    f"`p.grad = None` in the loop (line {view.loop.line}) resets its gradients: every "
                     f"`backward()` adds to the gradients of all earlier iterations, so each step uses "
-                    f"a running sum. Call `{opt}.zero_grad()` once per step (before the forward pass "
-                    f"or right after `{opt}.step()`).",
+                    f"a running sum. Call `{shown(opt)}.zero_grad()` once per step (before the forward "
+                    f"pass or right after `{shown(opt)}.step()`).",
                 )
 
 
@@ -169,16 +239,37 @@ class ZeroGradBetweenBackwardAndStep(Rule):
             for opt in view.steps:
                 if opt in view.closure_steps:
                     continue
+                reported: set[int] = set()
                 for kind, reset, step, backward, previous in _scan(view, opt):
                     if kind != "between" or backward is None:
                         continue
+                    reported.add(id(reset))
                     loss = backward.detail.get("loss_text") or "loss"
                     where = f"the previous iteration's `{loss}.backward()`" if previous else f"`{loss}.backward()`"
                     yield self.finding(
                         ctx, reset,
-                        f"{_reset_text(reset)} runs after {where} and before `{opt}.step()`: "
-                        f"the step sees zero gradients and the model never learns. Move the reset "
-                        f"before the forward pass or after the step.",
+                        f"{_reset_text(reset)} (line {reset.line}) runs after {where} (line "
+                        f"{backward.line}) and before `{shown(opt)}.step()` (line {step.line}): the step "
+                        f"sees zero gradients and the model never learns. Move the reset before the "
+                        f"forward pass or after the step.",
+                    )
+                if not view.single or any(
+                    n != opt and view.model.role(n) is Role.OPTIMIZER for n in view.loop.escapes
+                ):
+                    continue  # another optimizer may be stepped by a helper the model did not follow
+                for earlier, reset, later, step in _wiping_resets(view, opt):
+                    if id(reset) in reported or _grad_read_between(ctx, earlier, reset):
+                        continue
+                    reported.add(id(reset))
+                    first = earlier.detail.get("loss_text") or "loss"
+                    second = later.detail.get("loss_text") or "loss"
+                    yield self.finding(
+                        ctx, reset,
+                        f"{_reset_text(reset)} (line {reset.line}) runs between `{first}.backward()` "
+                        f"(line {earlier.line}) and `{second}.backward()` (line {later.line}), before "
+                        f"`{shown(opt)}.step()` (line {step.line}): the gradients of `{first}` are thrown "
+                        f"away and the step only follows `{second}`. Reset once, before the first "
+                        f"backward pass.",
                     )
 
 
@@ -192,24 +283,27 @@ class ZeroGradBreaksAccumulation(Rule):
                     continue
                 if not any(s.accumulation_guarded for s in steps):
                     continue
+                feeding = _feeding_backwards(view.loop.traces, opt)
                 reported: set[int] = set()
                 for trace in view.loop.traces:
                     if any(stepped_optimizer(e) == opt for e in trace):
                         continue
-                    if not any(e.kind is EventKind.BACKWARD for e in trace) and not view.child_backward:
-                        continue
+                    if not any(id(e) in feeding for e in trace) and not view.child_backward:
+                        continue  # the backward feeding the step runs only with it: every-k-steps, not accumulation
                     for ev in trace:
                         if id(ev) in reported or ev.accumulation_guarded:
                             continue
                         if view.covers(ev, opt, definite=True):
                             reported.add(id(ev))
+                            name = shown(opt)
                             yield self.finding(
                                 ctx, ev,
-                                f"`{opt}.step()` only runs every few micro-batches (gradient "
-                                f"accumulation), but {_reset_text(ev)} runs on every one: the "
+                                f"`{name}.step()` (line {steps[0].line}) only runs under "
+                                f"`{_accumulation_test(steps[0])}` (gradient accumulation), but "
+                                f"{_reset_text(ev)} (line {ev.line}) runs on every micro-batch: the "
                                 f"accumulated gradients are thrown away and each step uses only the "
                                 f"last micro-batch. Reset under the same condition as the step, right "
-                                f"after `{opt}.step()`.",
+                                f"after `{name}.step()`.",
                             )
 
 
@@ -230,11 +324,47 @@ class StepWithoutBackward(Rule):
                     reported.add(id(step))
                     yield self.finding(
                         ctx, step,
-                        f"on some path through the loop `{opt}.step()` runs after {_reset_text(reset)} "
-                        f"with no `backward()` in between: the step uses empty gradients (momentum and "
+                        f"on some path through the loop `{shown(opt)}.step()` (line {step.line}) runs after "
+                        f"{_reset_text(reset)} (line {reset.line}) with no `backward()` in between: the step uses empty gradients (momentum and "
                         f"weight decay still move the weights). Skip the step on that path too, or "
                         f"make sure backward() runs before it.",
                     )
+
+
+# gradients normalised after the backward passes, or losses scaled on purpose: the accumulated
+# gradient is already the one the code means (shapes F and G of the precision issue)
+_GRADS_NORMALISED = re.compile(
+    r"\.grad(\.data)?\.(div_|mul_)\(|\.grad(\.data)?\s*[/*]=|"
+    r"\b\w*(scale|normali[sz]e|average|avg|div|rescale)_?grads?\w*\(|\bgrads?_\w*(scale|normali[sz]e|div)\w*\(",
+    re.I,
+)
+_SUM_BY_DESIGN = re.compile(r"reduction\s*=\s*['\"]sum['\"]|size_average\s*=\s*False", re.I)
+_MICRO_BATCH_ITER = re.compile(r"chunk|split|micro|accum|range\(\s*0\s*,[^,]+,", re.I)
+
+
+def _loop_text(ctx: FileContext, loop: Loop) -> str:
+    return ctx.module.code_for_node(loop.node) if loop.path == ctx.path else ""
+
+
+def _scaled_by_design(ctx: FileContext, view: _LoopView) -> bool:
+    """The code scales the accumulated gradients itself, or sums its losses on purpose."""
+    text = "\n".join(_loop_text(ctx, loop) for loop in view.loop.walk())
+    if any(loop.path != ctx.path for loop in view.loop.walk()):
+        return ctx.mentions(_GRADS_NORMALISED) or ctx.mentions(_SUM_BY_DESIGN)
+    return bool(_GRADS_NORMALISED.search(text)) or ctx.mentions(_SUM_BY_DESIGN)
+
+
+def _micro_batch_backwards(view: _LoopView) -> list[Event]:
+    """Backward passes in a loop over the pieces of one batch, with the optimizer stepped once
+    after that loop: `for chunk in batch.chunk(k): loss(chunk).backward()`."""
+    out: list[Event] = []
+    for child in view.loop.children:
+        if not _MICRO_BATCH_ITER.search(child.iter_text) or child.kind is not LoopKind.BATCH:
+            continue
+        if any(stepped_optimizer(e) for e in child.all_events()):
+            continue
+        out.extend(e for e in child.events if e.kind is EventKind.BACKWARD)
+    return out
 
 
 class AccumulatedLossNotScaled(Rule):
@@ -243,19 +373,29 @@ class AccumulatedLossNotScaled(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for view in _views(ctx):
             guarded = [s for steps in view.steps.values() for s in steps if s.accumulation_guarded]
-            if not guarded:
-                continue
-            backwards = [e for e in view.loop.events if e.kind is EventKind.BACKWARD]
-            if not backwards or any(b.accumulation_guarded for b in backwards):
-                continue
+            if guarded:
+                backwards = [e for e in view.loop.events if e.kind is EventKind.BACKWARD]
+                if not backwards or any(b.accumulation_guarded for b in backwards):
+                    continue
+                step_text = f"`{shown(stepped_optimizer(guarded[0]))}.step()`"
+                if guarded[0].detail.get("fn") == "loss_scaler":
+                    step_text = "the optimizer step of the loss scaler call"
+                how = f"{step_text} (line {guarded[0].line}) only runs under `{_accumulation_test(guarded[0])}`"
+            else:
+                backwards = _micro_batch_backwards(view)
+                if not backwards:
+                    continue
+                loop = backwards[0].loop
+                how = f"the loop over `{loop.iter_text}` (line {loop.line}) runs backward on each piece of the batch"
             if any(b.detail.get("divided") is not False for b in backwards):
                 continue  # divided, or computed by code the model cannot see
+            if _scaled_by_design(ctx, view):
+                continue
             for b in backwards:
                 loss = b.detail.get("loss_text") or b.target or "loss"
                 yield self.finding(
                     ctx, b,
-                    f"gradients are accumulated over several micro-batches before each step, but "
-                    f"`{loss}` is not divided by their number: the summed gradient is k times too "
-                    f"large, as if the learning rate were multiplied by k. Divide the loss by the "
-                    f"accumulation count before `backward()`.",
+                    f"gradients are accumulated over several micro-batches before each step ({how}), but `{loss}` (line {b.line}) is not divided by "
+                    f"their number: the summed gradient is k times too large, as if the learning rate "
+                    f"were multiplied by k. Divide the loss by the accumulation count before `backward()`.",
                 )
