@@ -97,6 +97,11 @@ def rebuild_one(repo: Repo, gdir: Path, dest: Path) -> tuple[int, int]:
         target.write_bytes(data)
         files += 1
         lines += data.count(b"\n")
+    # A clone has a root marker (`.git`): without one the linter would take the folder above
+    # each file's outermost package for the project root, and imports of the repository's
+    # top-level modules would not resolve. An empty setup.cfg marks the root the same way.
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "setup.cfg").touch()
     return files, lines
 
 

@@ -202,3 +202,38 @@ def test_facts_live_as_long_as_the_project_holds_the_module(tmp_path: Path) -> N
     assert module_walk(parsed.module) is walk
     project.close()
     assert memo.known(parsed.module, "walk") is None
+
+
+def test_evidence_from_another_file_is_cited_with_its_file(tmp_path: Path) -> None:
+    write(tmp_path / "setup.py", "")
+    steps = write(tmp_path / "steps.py", """
+        def train_step(model, optimizer, x, y):
+            loss = model(x, y)
+            loss.backward()
+            optimizer.zero_grad()
+            optimizer.step()
+    """)
+    write(tmp_path / "train.py", """
+        import torch
+        from steps import train_step
+
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                train_step(model, optimizer, x, y)
+    """)
+    found = [f for f in engine.check_file(steps).findings if f.code == "LC102"]
+    assert len(found) == 1
+    assert "(line 5)" in found[0].message and "\x1f" not in found[0].message
+
+
+def test_a_citation_names_the_file_when_it_is_another_one() -> None:
+    from loopcheck.lint.rules._display import at, cite
+
+    class Place:
+        def __init__(self, path: str, line: int) -> None:
+            self.path, self.line = path, line
+
+    message = f"`scheduler.step()` ({at(Place('/p/train.py', 34))}) runs before `optimizer.step()` ({at(Place('/p/engine.py', 12))})"
+    assert cite(message, "/p/train.py") == "`scheduler.step()` (line 34) runs before `optimizer.step()` (engine.py:12)"
+    assert cite(message, "/p/engine.py") == "`scheduler.step()` (train.py:34) runs before `optimizer.step()` (line 12)"

@@ -17,7 +17,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
 from loopcheck.lint.positions import node_span
-from loopcheck.lint.rules._display import shown
+from loopcheck.lint.rules._display import at, shown
 from loopcheck.lint.rules._shared import Trace, iteration_loop, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import ModuleIndex, dotted, index_for
@@ -110,13 +110,13 @@ class ClipBeforeUnscale(Rule):
             opt = shown(_next_scaler_optimizer(trace, i, scaler), "optimizer")
             scaler = shown(scaler)
             fn = clip.detail.get("fn") or "clip_grad_norm_"
-            what = f"`{fn}` (line {clip.line})"
+            what = f"`{fn}` ({at(clip)})"
             if fn == "hand-written clipping":
-                what = f"the hand-written clipping `{_text(clip)}` (line {clip.line})"
+                what = f"the hand-written clipping `{_text(clip)}` ({at(clip)})"
             yield self.finding(
                 ctx,
                 clip,
-                f"{what} clips gradients that `{scaler}.scale(loss).backward()` (line {scaled.line}) "
+                f"{what} clips gradients that `{scaler}.scale(loss).backward()` ({at(scaled)}) "
                 f"multiplied by the loss scale, so the threshold is off by that factor and the step is "
                 f"shrunk; call `{scaler}.unscale_({opt})` before clipping",
             )

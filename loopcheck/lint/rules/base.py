@@ -25,6 +25,7 @@ from loopcheck.catalog import RulePage, page
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.context import FileContext
 from loopcheck.lint.positions import Span
+from loopcheck.lint.rules._display import cite
 from loopcheck.lint.syntax import child_nodes, classes_of, module_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Rule:
             code=self.code,
             name=meta.name,
             severity=meta.severity,
-            message=message,
+            message=cite(message, path),
             path=path,
             line=span.line,
             column=span.column,

@@ -18,7 +18,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Binding, EventKind, Loop, LoopKind, Role
 from loopcheck.lint.project import parse_path
-from loopcheck.lint.rules._display import shown
+from loopcheck.lint.rules._display import at as cited, shown
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import Flow, ModuleIndex, Where, code_of, dotted, first_arg, index_for, keyword_arg
 
@@ -194,8 +194,8 @@ class SamplerSetEpochMissing(Rule):
             yield self.finding(
                 ctx,
                 at,
-                f"the DistributedSampler of `{shown(loader.name)}` (iterated at line {loop.line}, epochs "
-                f"looped at line {epoch.line}) never gets `set_epoch`{others}: every epoch replays the "
+                f"the DistributedSampler of `{shown(loader.name)}` (iterated at {cited(loop)}, epochs "
+                f"looped at {cited(epoch)}) never gets `set_epoch`{others}: every epoch replays the "
                 f"same order on every rank; call `{call}` at the top of each epoch",
             )
 

@@ -25,7 +25,7 @@ from loopcheck.lint.loopmodel import (
     Role,
     SchedulerCadence,
 )
-from loopcheck.lint.rules._display import shown
+from loopcheck.lint.rules._display import at, shown
 from loopcheck.lint.rules._shared import inside
 from loopcheck.lint.rules.base import FileContext, Rule
 
@@ -223,7 +223,7 @@ class SchedulerBeforeOptimizer(Rule):
             yield self.finding(
                 ctx,
                 event,
-                f"`{_name(event)}.step()` (line {event.line}) runs before `{step_text}` (line {step.line}) "
+                f"`{_name(event)}.step()` ({at(event)}) runs before `{step_text}` ({at(step)}) "
                 f"in the {where}: the first value of the schedule is skipped and every later one comes "
                 f"one step early; call it after `{step_text}`",
             )
@@ -261,9 +261,9 @@ class PerStepSchedulerSteppedPerEpoch(Rule):
                     ctx,
                     event,
                     f"`{shown_name}` ({binding.cls or 'scheduler'}) is sized in optimizer steps but "
-                    f"`{shown_name}.step()` (line {event.line}) runs once per pass of the loop at line "
+                    f"`{shown_name}.step()` ({at(event)}) runs once per pass of the loop at line "
                     f"{loop.line}, while `{_step_target(steps[0]) and shown(_step_target(steps[0])) or 'optimizer'}"
-                    f".step()` (line {steps[0].line}) runs in the batch loop inside it: the schedule "
+                    f".step()` ({at(steps[0])}) runs in the batch loop inside it: the schedule "
                     f"barely leaves its first values; step it after the optimizer step in the batch loop",
                 )
 
@@ -381,8 +381,8 @@ class SchedulerSteppedTwice(Rule):
                 yield self.finding(
                     ctx,
                     extra,
-                    f"`{name}` is stepped both in the batch loop (line {inner.line}) and in the epoch "
-                    f"loop (line {outer.line}): the schedule runs ahead of the optimizer; keep one "
+                    f"`{name}` is stepped both in the batch loop ({at(inner)}) and in the epoch "
+                    f"loop ({at(outer)}): the schedule runs ahead of the optimizer; keep one "
                     f"`{name}.step()`",
                 )
                 continue

@@ -20,7 +20,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
-from loopcheck.lint.rules._display import shown
+from loopcheck.lint.rules._display import at, shown
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import dotted
 
@@ -221,8 +221,8 @@ class ZeroGradMissing(Rule):
                 step = steps[0]
                 yield self.finding(
                     ctx, step,
-                    f"`{shown(opt)}` is stepped in this loop (line {step.line}) but no `zero_grad()` or "
-                    f"`p.grad = None` in the loop (line {view.loop.line}) resets its gradients: every "
+                    f"`{shown(opt)}` is stepped in this loop ({at(step)}) but no `zero_grad()` or "
+                    f"`p.grad = None` in the loop ({at(view.loop)}) resets its gradients: every "
                     f"`backward()` adds to the gradients of all earlier iterations, so each step uses "
                     f"a running sum. Call `{shown(opt)}.zero_grad()` once per step (before the forward "
                     f"pass or right after `{shown(opt)}.step()`).",
@@ -248,8 +248,8 @@ class ZeroGradBetweenBackwardAndStep(Rule):
                     where = f"the previous iteration's `{loss}.backward()`" if previous else f"`{loss}.backward()`"
                     yield self.finding(
                         ctx, reset,
-                        f"{_reset_text(reset)} (line {reset.line}) runs after {where} (line "
-                        f"{backward.line}) and before `{shown(opt)}.step()` (line {step.line}): the step "
+                        f"{_reset_text(reset)} ({at(reset)}) runs after {where} ("
+                        f"{at(backward)}) and before `{shown(opt)}.step()` ({at(step)}): the step "
                         f"sees zero gradients and the model never learns. Move the reset before the "
                         f"forward pass or after the step.",
                     )
@@ -265,9 +265,9 @@ class ZeroGradBetweenBackwardAndStep(Rule):
                     second = later.detail.get("loss_text") or "loss"
                     yield self.finding(
                         ctx, reset,
-                        f"{_reset_text(reset)} (line {reset.line}) runs between `{first}.backward()` "
-                        f"(line {earlier.line}) and `{second}.backward()` (line {later.line}), before "
-                        f"`{shown(opt)}.step()` (line {step.line}): the gradients of `{first}` are thrown "
+                        f"{_reset_text(reset)} ({at(reset)}) runs between `{first}.backward()` "
+                        f"({at(earlier)}) and `{second}.backward()` ({at(later)}), before "
+                        f"`{shown(opt)}.step()` ({at(step)}): the gradients of `{first}` are thrown "
                         f"away and the step only follows `{second}`. Reset once, before the first "
                         f"backward pass.",
                     )
@@ -298,9 +298,9 @@ class ZeroGradBreaksAccumulation(Rule):
                             name = shown(opt)
                             yield self.finding(
                                 ctx, ev,
-                                f"`{name}.step()` (line {steps[0].line}) only runs under "
+                                f"`{name}.step()` ({at(steps[0])}) only runs under "
                                 f"`{_accumulation_test(steps[0])}` (gradient accumulation), but "
-                                f"{_reset_text(ev)} (line {ev.line}) runs on every micro-batch: the "
+                                f"{_reset_text(ev)} ({at(ev)}) runs on every micro-batch: the "
                                 f"accumulated gradients are thrown away and each step uses only the "
                                 f"last micro-batch. Reset under the same condition as the step, right "
                                 f"after `{name}.step()`.",
@@ -324,8 +324,8 @@ class StepWithoutBackward(Rule):
                     reported.add(id(step))
                     yield self.finding(
                         ctx, step,
-                        f"on some path through the loop `{shown(opt)}.step()` (line {step.line}) runs after "
-                        f"{_reset_text(reset)} (line {reset.line}) with no `backward()` in between: the step uses empty gradients (momentum and "
+                        f"on some path through the loop `{shown(opt)}.step()` ({at(step)}) runs after "
+                        f"{_reset_text(reset)} ({at(reset)}) with no `backward()` in between: the step uses empty gradients (momentum and "
                         f"weight decay still move the weights). Skip the step on that path too, or "
                         f"make sure backward() runs before it.",
                     )
@@ -380,13 +380,13 @@ class AccumulatedLossNotScaled(Rule):
                 step_text = f"`{shown(stepped_optimizer(guarded[0]))}.step()`"
                 if guarded[0].detail.get("fn") == "loss_scaler":
                     step_text = "the optimizer step of the loss scaler call"
-                how = f"{step_text} (line {guarded[0].line}) only runs under `{_accumulation_test(guarded[0])}`"
+                how = f"{step_text} ({at(guarded[0])}) only runs under `{_accumulation_test(guarded[0])}`"
             else:
                 backwards = _micro_batch_backwards(view)
                 if not backwards:
                     continue
                 loop = backwards[0].loop
-                how = f"the loop over `{loop.iter_text}` (line {loop.line}) runs backward on each piece of the batch"
+                how = f"the loop over `{loop.iter_text}` ({at(loop)}) runs backward on each piece of the batch"
             if any(b.detail.get("divided") is not False for b in backwards):
                 continue  # divided, or computed by code the model cannot see
             if _scaled_by_design(ctx, view):
@@ -395,7 +395,7 @@ class AccumulatedLossNotScaled(Rule):
                 loss = b.detail.get("loss_text") or b.target or "loss"
                 yield self.finding(
                     ctx, b,
-                    f"gradients are accumulated over several micro-batches before each step ({how}), but `{loss}` (line {b.line}) is not divided by "
+                    f"gradients are accumulated over several micro-batches before each step ({how}), but `{loss}` ({at(b)}) is not divided by "
                     f"their number: the summed gradient is k times too large, as if the learning rate "
                     f"were multiplied by k. Divide the loss by the accumulation count before `backward()`.",
                 )
