@@ -40,7 +40,6 @@ def cite(message: str, here: str | None) -> str:
         line, path = match.group(1), match.group(2)
         if not here or not path or path == here or os.path.realpath(path) == os.path.realpath(here):
             return f"line {line}"
-        shown = os.path.relpath(path, os.path.dirname(os.path.abspath(here))) if os.path.isabs(path) or os.path.isabs(here) else path
-        return f"{shown}:{line}"
+        return f"{os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(here)))}:{line}"
 
     return _CITED.sub(one, message)
