@@ -22,7 +22,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _string,
     _text_or,
 )
-from loopcheck.lint.loopmodel.torch_api import METHOD_EVENTS, _BUILTINS, _PARAM_METHODS
+from loopcheck.lint.loopmodel.torch_api import METHOD_EVENTS, WRAPPERS, _BUILTINS, _PARAM_METHODS
 
 
 class BuilderCalls:
@@ -102,7 +102,7 @@ class BuilderCalls:
             return
         self._escape(call, frame)
         # a forward pass: model(x)
-        if isinstance(func, (cst.Name, cst.Attribute)):
+        if isinstance(func, (cst.Name, cst.Attribute)) and not _library_call(func, unit):
             name = self.target(func, frame)
             if name and name not in unit.imports:
                 self.use(name, "call", frame)
@@ -308,3 +308,15 @@ class BuilderCalls:
                 if name in self.param_owner and self.param_owner[name]:
                     self.frozen.add(self.param_owner[name])  # type: ignore[arg-type]
         return True
+
+
+def _library_call(func: cst.Name | cst.Attribute, unit) -> bool:
+    """`torch.Generator(...)`, `accelerator.unwrap_model(m)`, `nn.functional.relu(x)`: a call of an
+    imported module's function or of a wrapper lookup, not a forward pass of a network."""
+    root = func
+    while type(root) is cst.Attribute:
+        root = root.value
+    if type(func) is cst.Attribute and type(root) is cst.Name and root.value in unit.imports:
+        return True
+    last = func.attr.value if type(func) is cst.Attribute else func.value
+    return "unwrap" in last or last in WRAPPERS

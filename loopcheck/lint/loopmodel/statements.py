@@ -273,6 +273,9 @@ class BuilderStatements:
                 qual = frame.unit.qualify(small.value.func) or ""
                 if qual.endswith("set_grad_enabled"):
                     self._enter_context(small.value, small, frame)
+                entered = _entered_context(small.value)
+                if entered is not None:  # `stack.enter_context(torch.no_grad())`: until the stack closes
+                    self._enter_context(entered, small, frame)
         elif type(small) is cst.Assign:
             self.walk_expr(small.value, frame)
             for target in small.targets:
@@ -437,3 +440,11 @@ class BuilderStatements:
         if name in self.param_owner:
             return self.param_owner[name]
         return name.split(".")[0] if "." in name else None
+
+
+def _entered_context(call: cst.Call) -> cst.BaseExpression | None:
+    """The context manager of `stack.enter_context(cm)` (an ExitStack entering it)."""
+    func = call.func
+    if type(func) is cst.Attribute and func.attr.value == "enter_context" and len(call.args) == 1:
+        return call.args[0].value
+    return None

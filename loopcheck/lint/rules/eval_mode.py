@@ -99,8 +99,28 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
         if not iterates_data or loop.iter_text.lstrip().startswith("range("):
             continue
         forward = next((e for e in model.events if _is_model_forward(model, e) and inside(e, loop)), None)
-        if forward is not None:
+        if forward is not None and not _network_of_the_loop(model, loop, forward):
             yield loop, forward
+
+
+def _network_of_the_loop(model: ModuleModel, loop: Loop, forward: Event) -> bool:
+    """The network run is what the loop iterates (`for block in self.blocks: x = block(x)`) or is
+    built in its body (one model per config in a smoke test): not evaluation over data."""
+    node = loop.node
+    if isinstance(node, cst.For) and forward.target in _names_in(node.target):
+        return True
+    binding = model.bindings.get(forward.target or "")
+    if binding is None or binding.line is None or binding.path != loop.path:
+        return False
+    return loop.line <= binding.line <= loop.end_line
+
+
+def _names_in(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for el in target.elements for n in _names_in(el.value)}
+    return set()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,13 +130,15 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
 
 def _last_mode(events: list[Event], target: str) -> Event | None:
     """The last mode switch in `events` that decides `target`'s mode (a switch of another network
-    to eval mode counts as well: the names may be two handles of one model)."""
+    to eval mode counts as well: the names may be two handles of one model). An explicit `eval()`
+    of the network itself counts even when its parameters are frozen: it is the switch asked for."""
     for event in reversed(events):
         if event.kind is K.TRAIN_MODE and _same_model(event.target, target):
             return event
-        if event.kind is K.EVAL_MODE and not event.detail.get("frozen"):
-            if _same_model(event.target, target) or "." not in (event.target or "."):
-                return event
+        if event.kind is K.EVAL_MODE and _same_model(event.target, target):
+            return event
+        if event.kind is K.EVAL_MODE and not event.detail.get("frozen") and "." not in (event.target or "."):
+            return event
     return None
 
 
