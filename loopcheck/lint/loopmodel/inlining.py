@@ -179,7 +179,7 @@ class BuilderInlining:
             expr = dec.decorator
             qual = frame.unit.qualify(expr.func if type(expr) is cst.Call else expr) or ""
             last = qual.rsplit(".", 1)[-1]
-            if last in ("no_grad", "inference_mode") or _project_no_grad(frame.unit, qual):
+            if last in ("no_grad", "inference_mode") or _project_no_grad(frame.unit, _dotted(expr.func if type(expr) is cst.Call else expr)):
                 frame.no_grad = True
                 self.event(EventKind.NO_GRAD, None, dec, frame, form="decorator")
 
