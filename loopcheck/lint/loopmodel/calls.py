@@ -41,6 +41,8 @@ class BuilderCalls:
             return
         elif kind is cst.Attribute:
             self.walk_expr(node.value, frame)  # type: ignore[attr-defined]
+        elif kind is cst.IfExp:
+            self.walk_ifexp(node, frame)  # type: ignore[attr-defined]
         elif kind is cst.BinaryOperation:
             self.walk_expr(node.left, frame)  # type: ignore[attr-defined]
             self.walk_expr(node.right, frame)  # type: ignore[attr-defined]

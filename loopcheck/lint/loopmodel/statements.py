@@ -107,6 +107,30 @@ class BuilderStatements:
             other = self.blocks.pop()
         self.block.append(_Branch([body, other]))
 
+    def walk_ifexp(self, node: cst.IfExp, frame: _Frame) -> None:
+        """`a() if test else b()`: the two calls are the two branches of an `if`
+        (`net.train() if is_train else net.eval()`)."""
+        self.walk_expr(node.test, frame)
+        known = self._truth(node.test, frame)
+        if self.transparent or known is not None:
+            if known is not False:
+                self.walk_expr(node.body, frame)
+            if known is not True:
+                self.walk_expr(node.orelse, frame)
+            return
+        text = frame.unit.text(node.test)
+        sides = []
+        for side, negated in ((node.body, False), (node.orelse, True)):
+            self.blocks.append([])
+            self.guards.append(Guard(text, is_accumulation_test(text), negated=negated))
+            try:
+                self.walk_expr(side, frame)
+            finally:
+                self.guards.pop()
+                sides.append(self.blocks.pop())
+        if any(sides):
+            self.block.append(_Branch(sides))
+
     def _truth(self, test: cst.BaseExpression, frame: _Frame) -> bool | None:
         """The value of a test that is constant: a literal (`if 0:`), a module-level flag bound
         once to a constant (`if USE_AMP:`), or a parameter the caller left as None."""

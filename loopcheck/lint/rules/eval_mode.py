@@ -258,6 +258,8 @@ class TrainModeNotRestored(Rule):
             at = _index(iteration, event)
             if at < 0:
                 continue
+            if any(e.kind is K.TRAIN_MODE and _same_model(e.target, target) and exclusive(e, event) for e in iteration):
+                continue  # `train()` on one branch, `eval()` on the other: the mode is chosen on purpose
             # the rest of this iteration (minus the other side of the eval()'s `if`), then the next
             rest = [e for e in iteration[at + 1 :] if not exclusive(e, event)]
             for later in rest + iteration[:at]:
@@ -265,7 +267,7 @@ class TrainModeNotRestored(Rule):
                     break  # switched again (back to train, or eval again: that one is judged)
                 if later.kind is K.TRAIN_MODE and "." not in (later.target or "."):
                     break  # another handle of the network is switched back: say nothing
-                if later.kind is K.BACKWARD:
+                if later.kind is K.BACKWARD and not _only_with_graph(later):
                     where = "epoch" if loop.kind is not LoopKind.BATCH else "batch"
                     yield self.finding(
                         ctx,
@@ -275,6 +277,12 @@ class TrainModeNotRestored(Rule):
                         f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
                     )
                     break
+
+
+def _only_with_graph(event: Event) -> bool:
+    """A backward under `if loss.requires_grad:` / `if torch.is_grad_enabled():`: a step shared by
+    training and evaluation that only trains when the loss carries a graph."""
+    return any(not g.negated and ("requires_grad" in g.text or "is_grad_enabled" in g.text) for g in event.guards)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +297,7 @@ class BackwardUnderNoGrad(Rule):
         events = ctx.model.events
         trace = Trace.of(ctx)
         for i, event in enumerate(events):
-            if event.kind is not K.BACKWARD or not event.no_grad or event.grad_conditional:
+            if event.kind is not K.BACKWARD or not event.no_grad or event.grad_conditional or _only_with_graph(event):
                 continue
             # the forward that produced the loss: the nearest one before, back to the previous backward
             forward = None
