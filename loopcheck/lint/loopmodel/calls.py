@@ -254,8 +254,10 @@ class BuilderCalls:
 
     def _m_update_parameters(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
-        self.use(name, "update_parameters", frame)
         model = _positional(call, 0)
+        if model is None:
+            return False  # `executor.update_parameters(name=...)`: an averaged model is given the model
+        self.use(name, "update_parameters", frame)
         self.event(EventKind.EMA_UPDATE, name, call, frame, model=self.target(model, frame) if model is not None else None)
         return True
 

@@ -11,7 +11,7 @@ from typing import Iterator
 import libcst as cst
 
 from loopcheck.findings import Finding
-from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role
+from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role, SchedulerCadence
 from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, SCHEDULER, Facts, Saved, name_of
 from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule
@@ -77,8 +77,8 @@ class CheckpointMissingScheduler(_CheckpointRule):
     item = SCHEDULER
 
     def needed(self, facts: Facts) -> bool:
-        # `scheduler.last_epoch = start_epoch - 1` (YOLOv5): the position is restored by hand
-        return facts.uses_scheduler and not _assigns_attribute(facts.module, "last_epoch")
+        # `scheduler.last_epoch = start_epoch - 1`: the position is restored by hand
+        return facts.uses_scheduler and not _assigns_attribute(facts.module, "last_epoch") and not _position_restored(facts.model)
 
     def message(self, saved: Saved, facts: Facts) -> str:
         sched = name_of(facts.model, Role.SCHEDULER, "scheduler")
@@ -86,6 +86,30 @@ class CheckpointMissingScheduler(_CheckpointRule):
             f"{_describe(saved)} has no scheduler state: a resumed run restarts the learning-rate "
             f"schedule from its first value; add `\"scheduler\": {sched}.state_dict()`"
         )
+
+
+def _position_restored(model: ModuleModel) -> bool:
+    """The schedule's position comes back without its state dict: the scheduler is rebuilt with
+    `last_epoch=start_epoch - 1`, or stepped with the epoch (`scheduler.step(epoch)`)."""
+    for binding in model.bindings.values():
+        if binding.role is not Role.SCHEDULER or binding.call is None:
+            continue
+        for arg in binding.call.args:
+            if arg.keyword is not None and arg.keyword.value == "last_epoch" and not _is_minus_one(arg.value):
+                return True
+    return any(
+        e.kind is K.SCHED_STEP and e.detail.get("args") and not _plateau(model, e.target)
+        for e in model.events
+    )
+
+
+def _plateau(model: ModuleModel, name: str | None) -> bool:
+    binding = model.bindings.get(name or "")
+    return binding is None or binding.cadence is SchedulerCadence.METRIC
+
+
+def _is_minus_one(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer) and node.expression.value == "1"
 
 
 class CheckpointMissingScaler(_CheckpointRule):
@@ -111,7 +135,11 @@ class CheckpointMissingProgress(_CheckpointRule):
         return True
 
     def holds(self, saved: Saved) -> bool:
-        return saved.holds(PROGRESS) or saved.progress_in_path
+        return saved.holds(PROGRESS) or saved.progress_in_path or self.facts.progress_from_names
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        self.facts = Facts.of(ctx)
+        yield from super().check(ctx)
 
     def message(self, saved: Saved, facts: Facts) -> str:
         return (
@@ -183,15 +211,27 @@ class WholeModelPickled(Rule):
         for e in model.events:
             if e.kind is not K.SAVE:
                 continue
+            if _converts_modules(e):
+                continue
             pickled = _pickled_model(e, model)
             if pickled is None or not Trace.remember(seen, e):
                 continue
+            key = next((k for k, v in (e.detail.get("values") or {}).items() if str(v).strip() == pickled), None)
+            where = f"the module `{pickled}` itself" + (f" under `\"{key}\"`" if key is not None else "")
             yield self.finding(
                 ctx,
                 e,
-                f"`torch.save` pickles the module `{pickled}` itself, which only loads where the same "
-                f"class is importable from the same path; save `{pickled}.state_dict()` instead",
+                f"`torch.save` (line {e.line}) pickles {where}, which only loads where the same class "
+                f"is importable from the same path; "
+                + (f"store `{pickled}.state_dict()` under that key instead" if key is not None
+                   else f"save `{pickled}.state_dict()` instead"),
             )
+
+
+def _converts_modules(event: Event) -> bool:
+    """Lightning Fabric's `save` stores the state dicts of the modules and optimizers it is given."""
+    fn = event.detail.get("fn") or ""
+    return fn.split(".")[0] == "fabric" or fn.endswith("fabric.save")
 
 
 _UNWRAP = re.compile(r"\.(module|_orig_mod)$")
