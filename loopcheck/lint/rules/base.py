@@ -86,7 +86,7 @@ class Rule:
             code=self.code,
             name=meta.name,
             severity=meta.severity,
-            message=message,
+            message=user_names(message),
             path=path,
             line=span.line,
             column=span.column,
@@ -94,6 +94,15 @@ class Rule:
             end_column=span.end_column,
             fix=fix,
         )
+
+
+_SCOPED = re.compile(r"(?<=[\w\]])@(?:<module>|[A-Za-z_][\w:]*)")
+
+
+def user_names(message: str) -> str:
+    """The names the user wrote: the model keeps two objects bound to one name in two functions
+    apart as `scheduler@build`; a message says `scheduler` (its line says where)."""
+    return _SCOPED.sub("", message)
 
 
 def required_pattern(rule: type[Rule]) -> "re.Pattern[str] | None":
