@@ -71,8 +71,10 @@ class Rule:
         at: "Event | cst.CSTNode | Span",
         message: str,
         fix: dict[str, Any] | None = None,
+        severity: Severity | None = None,
     ) -> Finding:
-        """A finding of this rule at an event, a node of ctx.module, or an explicit span."""
+        """A finding of this rule at an event, a node of ctx.module, or an explicit span. `severity`
+        lowers the page's severity for a finding whose proof rests on something unresolved."""
         path = ctx.path
         if isinstance(at, Span):
             span = at
@@ -85,7 +87,7 @@ class Rule:
         return Finding(
             code=self.code,
             name=meta.name,
-            severity=meta.severity,
+            severity=meta.severity if severity is None else min(severity, meta.severity, key=lambda s: s.rank),
             message=user_names(message),
             path=path,
             line=span.line,

@@ -10,12 +10,13 @@ from typing import Iterator
 
 import libcst as cst
 
-from loopcheck.findings import Finding
+from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role, SchedulerCadence
 from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, SCHEDULER, Facts, Saved, name_of
 from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule
-from loopcheck.lint.values import index_for
+from loopcheck.lint.torch_range import declared_floor, floor_text
+from loopcheck.lint.values import code_of, index_for
 
 K = EventKind
 
@@ -182,23 +183,82 @@ class CheckpointMissingEma(_CheckpointRule):
 
 
 class TorchLoadUnsafe(Rule):
+    """Severity follows what the project proves: a warning when its declared torch range admits
+    versions before 2.6 (where the default unpickles anything), or when it writes
+    `weights_only=False` for a file that comes from outside; an info when it declares no torch
+    range; nothing when it requires torch >= 2.6, when the project allows its own classes with
+    `add_safe_globals` / `safe_globals`, or when the file is one this code saved with tensors only."""
+
     code = "LC508"
     requires = (whole_word("load"),)  # `torch.load`, `th.load`, `from torch import load`
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         index = index_for(ctx.path, ctx.module)
-        for call in nodes_of(ctx.module, cst.Call):
-            if index.qualify(call.func) != "torch.load":
+        calls = [c for c in nodes_of(ctx.module, cst.Call) if index.qualify(c.func) == "torch.load"]
+        if not calls or _SAFE_GLOBALS.search(ctx.source):
+            return
+        floor = _project_floor(ctx)
+        own = _own_tensor_files(ctx)
+        saved_to = {s.path_text for s in Facts.of(ctx).saves}
+        for call in calls:
+            if any(a.star == "**" for a in call.args):
                 continue
-            if any(a.star == "**" or (a.keyword is not None and a.keyword.value == "weights_only") for a in call.args):
+            given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "weights_only"), None)
+            path = code_of(call.args[0].value) if call.args and call.args[0].keyword is None else ""
+            if given is not None:
+                if not (isinstance(given, cst.Name) and given.value == "False") or not _from_outside(path) or path in saved_to:
+                    continue
+                yield self.finding(
+                    ctx,
+                    call,
+                    f"`torch.load({path}, weights_only=False)` unpickles a file whose path comes from "
+                    f"outside the code (`{path}`): a crafted checkpoint runs arbitrary code; load it "
+                    f"with `weights_only=True` and allow the classes it needs with "
+                    f"`torch.serialization.add_safe_globals`",
+                    severity=Severity.WARNING,
+                )
                 continue
+            if path and path in own:
+                continue  # a file this code saves itself with tensors and plain values
+            if floor is not None and floor >= (2, 6):
+                continue  # the default is `weights_only=True` on every version the project allows
+            severity = Severity.WARNING if floor is not None else Severity.INFO
+            declared = (
+                f"the project allows torch {floor_text(floor)}, where versions before 2.6 default to "
+                f"`weights_only=False` and unpickle arbitrary code"
+                if floor is not None
+                else "the project declares no torch version: before 2.6 the default unpickles arbitrary code"
+            )
             yield self.finding(
                 ctx,
                 call,
-                "`torch.load` without `weights_only` unpickles arbitrary code before PyTorch 2.6 and "
-                "refuses non-tensor objects after it; pass `weights_only=True` (or `weights_only=False` "
-                "for your own trusted file)",
+                f"`torch.load` without `weights_only` (line {ctx.span(call).line}): {declared}, and from "
+                f"2.6 it refuses non-tensor objects; pass `weights_only=True` (or `weights_only=False` "
+                f"for your own trusted file)",
+                severity=severity,
             )
+
+
+_SAFE_GLOBALS = re.compile(r"\b(add_safe_globals|safe_globals)\b")
+_OUTSIDE = re.compile(r"\bargs\b|\bopts?\b|\bcfg\b|config|url|download|hub|pretrained|sys\.argv|environ", re.I)
+
+
+def _from_outside(path: str) -> bool:
+    """A path the user or a download chooses (an argument, a config value, a URL), not a literal."""
+    return bool(path) and not re.fullmatch(r"[rbuRBU]?[\"'][^\"']*[\"']", path.strip()) and bool(_OUTSIDE.search(path))
+
+
+def _project_floor(ctx: FileContext) -> tuple[int, ...] | None:
+    project = ctx.project
+    roots = getattr(project, "roots", None) or []
+    floors = [f for f in (declared_floor(root) for root in roots) if f is not None]
+    return min(floors) if floors else None
+
+
+def _own_tensor_files(ctx: FileContext) -> set[str]:
+    """Path expressions this file saves to with state dicts, tensors and plain values only."""
+    facts = Facts.of(ctx)
+    return {s.path_text for s in facts.saves if s.path_text and s.known and not s.whole_object}
 
 
 class WholeModelPickled(Rule):
