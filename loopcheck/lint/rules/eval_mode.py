@@ -14,7 +14,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from loopcheck.findings import Finding
+from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
 from loopcheck.lint.rules._shared import Trace, exclusive, inside, outermost
 from loopcheck.lint.rules.base import FileContext, Rule
@@ -183,16 +183,25 @@ class EvalWithoutEvalMode(Rule):
                     continue
                 elif not (any(e.kind is K.BACKWARD for e in between) or backward_in_outer and loop is not outer):
                     continue  # train() right before a forward-only pass: on purpose (BN recalibration)
+                # never switched: the mode at entry is only known when the network is built here
+                built_here = state is not None or _built_here(model, target)
                 yield self.finding(
                     ctx,
                     forward,
-                    f"the evaluation loop over `{loop.iter_text}` runs `{target}` in training mode "
-                    f"(no `{target}.eval()` since "
+                    f"the evaluation loop over `{loop.iter_text}` (line {loop.line}) runs `{target}` in "
+                    f"training mode (no `{target}.eval()` since "
                     + (f"`{state.target}.train()` on line {state.line}" if state else "it was built")
                     + "): dropout stays on and BatchNorm uses and updates batch statistics; "
                     f"call `{target}.eval()` before the loop",
+                    severity=None if built_here else Severity.WARNING,
                 )
                 break
+
+
+def _built_here(model: ModuleModel, target: str | None) -> bool:
+    """The network's constructor is in the code the model read (so it starts in train mode)."""
+    binding = model.bindings.get(target or "")
+    return binding is not None and binding.evidence == "constructor"
 
 
 # ---------------------------------------------------------------------------------------------
