@@ -22,7 +22,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _string,
     _text_or,
 )
-from loopcheck.lint.loopmodel.torch_api import METHOD_EVENTS, WRAPPERS, _BUILTINS, _PARAM_METHODS
+from loopcheck.lint.loopmodel.torch_api import METHOD_EVENTS, WRAPPERS, _BUILTINS, _MOVE_METHODS, _PARAM_METHODS
 
 
 class BuilderCalls:
@@ -263,8 +263,8 @@ class BuilderCalls:
 
     def _m_mode(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
-        if name is None or type(recv) is cst.Call:
-            return False
+        if name is None or (type(recv) is cst.Call and not _moved(recv)):
+            return False  # `build().train()`: not a network the model knows
         attr = call.func.attr.value  # type: ignore[attr-defined]
         mode = _positional(call, 0) or _kw(call, "mode")
         if attr == "eval" and call.args:
@@ -324,3 +324,9 @@ def _library_call(func: cst.Name | cst.Attribute, unit) -> bool:
         return True
     last = func.attr.value if type(func) is cst.Attribute else func.value
     return "unwrap" in last or last in WRAPPERS
+
+
+def _moved(call: cst.Call) -> bool:
+    """`model.to(device)`, `model.cuda()`, `model.half()`: the module itself, returned."""
+    func = call.func
+    return type(func) is cst.Attribute and func.attr.value in _MOVE_METHODS and func.attr.value not in ("train", "eval")

@@ -96,11 +96,42 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
         iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
-        if not iterates_data or loop.iter_text.lstrip().startswith("range("):
+        by_index = loop.iter_text.lstrip().startswith("range(")
+        if not iterates_data and not by_index:
             continue
         forward = next((e for e in model.events if _is_model_forward(model, e) and inside(e, loop)), None)
-        if forward is not None and not _network_of_the_loop(model, loop, forward):
-            yield loop, forward
+        if forward is None or _network_of_the_loop(model, loop, forward):
+            continue
+        if by_index and not _HELD_OUT.search(_arguments_text(forward)):
+            continue  # `for i in range(n)`: only a loop slicing held-out data (`X_val[i:i + bs]`) evaluates
+        yield loop, forward
+
+
+# held-out data named in a forward's arguments: `model(X_val)`, `net(x_test[i:j])`
+_HELD_OUT = re.compile(r"(?<![A-Za-z])(val|valid|validation|test|dev|holdout|eval)(?![a-z])", re.I)
+
+
+def _arguments_text(event: Event) -> str:
+    node = event.node
+    if not isinstance(node, cst.Call):
+        return ""
+    try:
+        return " ".join(cst.Module(body=[]).code_for_node(a.value) for a in node.args)
+    except Exception:  # a node libcst cannot print alone
+        return ""
+
+
+def _full_batch_evaluations(model: ModuleModel, trained: set[str]) -> Iterator[tuple[Loop, Event]]:
+    """A trained network run once on held-out data under no_grad in the epoch loop
+    (`val_loss = criterion(model(X_val), y_val)`): an evaluation without a loop of its own."""
+    for event in model.events:
+        loop = event.loop
+        if loop is None or loop.kind is not LoopKind.EPOCH or not event.no_grad:
+            continue
+        if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
+            continue
+        if _HELD_OUT.search(_arguments_text(event)):
+            yield loop, event
 
 
 def _network_of_the_loop(model: ModuleModel, loop: Loop, forward: Event) -> bool:
@@ -150,7 +181,8 @@ class EvalWithoutEvalMode(Rule):
         # the trace runs the entry points (functions of this file, the module body) one after the
         # other: what one of them does says nothing about the mode at the start of another
         trace = Trace.of(ctx)
-        for loop, forward in _evaluation_loops(model):
+        passes = list(_evaluation_loops(model)) + list(_full_batch_evaluations(model, _trained(model)))
+        for loop, forward in passes:
             target = forward.target
             entry = trace.entry(forward)
             events = [e for e in model.events if trace.entry(e) == entry]
@@ -188,11 +220,12 @@ class EvalWithoutEvalMode(Rule):
                 yield self.finding(
                     ctx,
                     forward,
-                    f"the evaluation loop over `{loop.iter_text}` (line {loop.line}) runs `{target}` in "
-                    f"training mode (no `{target}.eval()` since "
+                    (f"the evaluation loop over `{loop.iter_text}` (line {loop.line})" if loop.kind is LoopKind.EVAL
+                     else f"the evaluation pass on held-out data (line {forward.line})")
+                    + f" runs `{target}` in training mode (no `{target}.eval()` since "
                     + (f"`{state.target}.train()` on line {state.line}" if state else "it was built")
                     + "): dropout stays on and BatchNorm uses and updates batch statistics; "
-                    f"call `{target}.eval()` before the loop",
+                    f"call `{target}.eval()` before " + ("the loop" if loop.kind is LoopKind.EVAL else "it"),
                     severity=None if built_here else Severity.WARNING,
                 )
                 break
