@@ -46,9 +46,11 @@ _RNG_CALL = re.compile(r"get_rng_state|\bgetstate\s*\(|\bget_state\s*\(|\brng\b|
 _STATE_DICT = re.compile(r"([A-Za-z_][\w.]*(?:\[[^\]]*\])?)\s*\.\s*state_dict\s*\(")
 _NESTED_KEY = re.compile(r"[\"'](\w+)[\"']\s*:")
 _EXPORT_PATH = re.compile(
-    r"best|final|export|weights|infer|deploy|release|pretrain|model_only|for_eval|tmp|temp|stats?\b|history|metrics",
+    r"best|final|export|weights|infer|deploy|release|pretrain|model_only|for_eval|tmp|temp",
     re.I,
 )
+# a metrics history saved next to the checkpoint (`stat.pt`, `history_epoch_3.pth`)
+_HISTORY_PATH = re.compile(r"stats?\b|history|metrics", re.I)
 # functions whose saves are weights for inference or sharing, not a training checkpoint
 _EXPORT_FUNCTION = re.compile(r"save_weights|export|save_pretrained|save_for_inference|save_model_weights", re.I)
 
@@ -261,6 +263,11 @@ class Facts:
                 continue
             if saved.declined & {OPTIMIZER, SCHEDULER, SCALER}:
                 continue  # `"optimizer": None`: the file is declared not to resume training
+            if _HISTORY_PATH.search(saved.path_text) and any(
+                other is not saved and other.unit == saved.unit and other.items & {OPTIMIZER, SCHEDULER, SCALER}
+                for other in self.saves
+            ):
+                continue  # the metrics history next to the real checkpoint
             if saved.training_state:
                 if saved.looks_exported and not saved.items & {OPTIMIZER, SCHEDULER, SCALER}:
                     continue  # `best.pt` with an epoch next to it: an inference artifact
