@@ -218,8 +218,9 @@ class TorchLoadUnsafe(Rule):
                     severity=Severity.WARNING,
                 )
                 continue
-            if path and path in own:
-                continue  # a file this code saves itself with tensors and plain values
+            if path in own and not path.isidentifier():
+                continue  # a file this code saves itself with tensors and plain values (a bare
+                # parameter name like `file` says nothing about which file)
             if floor is not None and floor >= (2, 6):
                 continue  # the default is `weights_only=True` on every version the project allows
             severity = Severity.WARNING if floor is not None else Severity.INFO
