@@ -120,6 +120,26 @@ def codes(prefix: str = "") -> list[str]:
     return [code for code in catalog() if code.startswith(prefix.upper())]
 
 
+SEVERITY_POLICY = """\
+## Severity policy
+
+Every lint rule applies the same rule for how sure it must be:
+
+- **error**: the code proves the defect on every path the loop model resolves: the roles of the
+  objects (optimizer, model, scheduler, ...) come from their constructors or their use, and the
+  order of the events is the order the code runs them in.
+- **warning**: almost surely wrong here, with one assumption a reader can check in the message
+  (a declared dependency range, a file's purpose read from its name and use).
+- **info**: advice, or a defect that rests on a fact the code does not settle.
+
+When a fact rests on something unresolved (a call into a library or a helper the model cannot
+follow, a dynamic attribute, a value from a config or the command line), a rule lowers the
+severity or says nothing; a page's severity is the highest its findings get. Every message states
+its evidence with lines, for example "`optimizer.zero_grad()` (line 40) runs after
+`loss.backward()` (line 38) and before `optimizer.step()` (line 45)", so a reader can check it in
+seconds."""
+
+
 def index_markdown() -> str:
     """The rule index page (rules/README.md), generated from the front blocks."""
     families = {
@@ -135,6 +155,8 @@ def index_markdown() -> str:
         "Generated from the pages' front blocks (`python -m loopcheck.catalog > rules/README.md`).",
         "`loopcheck rules` prints the same list; `loopcheck explain CODE` prints a page.",
         "LC codes come from `loopcheck lint`, LP codes from `loopcheck.probe`.",
+        "",
+        SEVERITY_POLICY,
     ]
     current = None
     for code, p in catalog().items():

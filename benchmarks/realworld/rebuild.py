@@ -1,7 +1,8 @@
 """Rebuild the real-code benchmark from local git mirrors into a scratch folder.
 
 For each repository of repos.toml, the tree of the pinned commit is read from the mirror and only
-the `*.py` files under the listed paths (minus the excluded prefixes) are written to
+the `*.py` files under the listed paths (minus the excluded prefixes), and the project's requirement
+files at its root (they declare the torch range some rules read), are written to
 OUT/<owner>+<name>/. Nothing is downloaded here: a missing mirror is reported with the command
 that gets it. The scratch folder lives outside the project; its files are never committed.
 
@@ -41,7 +42,20 @@ def _excluded(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + "/")
 
 
+# requirement files at the repository root: loopcheck reads the declared torch range from them
+_ROOT_REQUIREMENTS = ("pyproject.toml", "setup.cfg", "requirements.txt", "requirements")
+
+
+def _requirement_file(path: str) -> bool:
+    parts = path.split("/")
+    if len(parts) == 1:
+        return parts[0] in ("pyproject.toml", "setup.cfg") or (parts[0].startswith("requirements") and parts[0].endswith(".txt"))
+    return len(parts) == 2 and parts[0] == "requirements" and parts[1].endswith(".txt")
+
+
 def _included(path: str, repo: Repo) -> bool:
+    if _requirement_file(path):
+        return True
     if not path.endswith(".py"):
         return False
     if any(_excluded(path, p) for p in repo.exclude):
@@ -55,7 +69,7 @@ def _py_blobs(repo: Repo, gdir: Path) -> list[tuple[str, str]]:
     """(path, blob id) of the selected Python files at the pinned commit."""
     cmd = ["git", "--git-dir", str(gdir), "ls-tree", "-r", "-z", "--full-tree", repo.commit]
     if repo.paths:
-        cmd += ["--", *repo.paths]
+        cmd += ["--", *repo.paths, *_ROOT_REQUIREMENTS]
     proc = subprocess.run(cmd, capture_output=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.decode(errors="replace").strip())
@@ -95,8 +109,9 @@ def rebuild_one(repo: Repo, gdir: Path, dest: Path) -> tuple[int, int]:
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-        files += 1
-        lines += data.count(b"\n")
+        if path.endswith(".py"):
+            files += 1
+            lines += data.count(b"\n")
     # A clone has a root marker (`.git`): without one the linter would take the folder above
     # each file's outermost package for the project root, and imports of the repository's
     # top-level modules would not resolve. An empty setup.cfg marks the root the same way.

@@ -127,11 +127,37 @@ def _may_matter(data: bytes, path: str, project: Any) -> bool:
     return False
 
 
+_PY2_LINES = (
+    (re.compile(r"^\s*print\s+(?![\s=(.,)\]}:;+*/%&|^<>!-])\S"), "`print` statement"),
+    (re.compile(r"^\s*except\s+[\w.]+\s*,\s*\w+\s*:"), "`except E, name:` clause"),
+    (re.compile(r"^\s*raise\s+[\w.]+\s*,"), "`raise E, message` statement"),
+    (re.compile(r"^\s*exec\s+[\"'\w]"), "`exec` statement"),
+)
+
+
+def python2_syntax(text: str, exc: SyntaxError) -> tuple[int, str] | None:
+    """(line, what) of the first Python 2 construct when that is why the file does not parse."""
+    msg = exc.msg or ""
+    if msg.startswith("Missing parentheses in call to 'print'") and exc.lineno:
+        return exc.lineno, "`print` statement"
+    if msg.startswith("Missing parentheses in call to 'exec'") and exc.lineno:
+        return exc.lineno, "`exec` statement"
+    for number, line in enumerate(text.splitlines(), 1):
+        for pattern, what in _PY2_LINES:
+            if pattern.match(line):
+                return number, what
+    return None
+
+
 def _syntax_error(exc: cst.ParserSyntaxError, text: str, path: str) -> LintError:
     # CPython's own message is usually more precise about the line; ask it (only on failure)
     try:
         compile(text, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as py_exc:
+        old = python2_syntax(text, py_exc)
+        if old is not None:
+            line, what = old
+            return LintError(path, line, f"Python 2 syntax: {what} at line {line}; loopcheck reads Python 3")
         if py_exc.lineno:
             column = f" (column {py_exc.offset})" if py_exc.offset else ""
             return LintError(path, py_exc.lineno, f"syntax error: {py_exc.msg}{column}")

@@ -86,10 +86,12 @@ def line_of(source: str, text: str) -> int:
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty project folder (the cache root) that is also the working directory."""
+    """An empty project folder (the cache root) that is also the working directory. It declares
+    the torch range most projects do (LC508's severity depends on it)."""
     root = tmp_path / "proj"
     root.mkdir()
     (root / ".git").mkdir()
+    (root / "requirements.txt").write_text("numpy\ntorch>=2.1\n")
     monkeypatch.chdir(root)
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.delenv("FORCE_COLOR", raising=False)

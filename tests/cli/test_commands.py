@@ -40,6 +40,7 @@ def test_explain_an_unknown_code_exits_2(lint):
 
 def test_python_dash_m_runs_lint_with_real_exit_codes(tmp_path):
     (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch>=2.1\n")
     (tmp_path / "ckpt.py").write_text("import torch\n\nstate = torch.load('last.pt')\n")
     (tmp_path / "clean.py").write_text("import torch\n\nstate = torch.load('last.pt', weights_only=True)\n")
     run = lambda *args: subprocess.run(  # noqa: E731
@@ -55,6 +56,7 @@ def test_python_dash_m_runs_lint_with_real_exit_codes(tmp_path):
 
 def test_lint_never_imports_torch(tmp_path):
     (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch>=2.1\n")
     (tmp_path / "ckpt.py").write_text("import torch\n\nstate = torch.load('last.pt')\n")
     code = (
         "import sys\n"

@@ -32,6 +32,18 @@ def test_syntax_error_is_an_error_with_its_line_and_other_files_still_run(tmp_pa
     assert [(Path(f.path).name, f.code) for f in report.findings] == [("b_train.py", "LC102")]
 
 
+def test_python2_file_is_one_clear_error_naming_the_construct(tmp_path: Path) -> None:
+    (tmp_path / "old_train.py").write_text(
+        "import torch\n\ndef train(model, loader):\n    for x in loader:\n        print 'loss', model(x).sum()\n"
+    )
+    (tmp_path / "new_train.py").write_text(BUGGY)
+    report = check_paths([tmp_path], jobs=1)
+    assert [(Path(e.path).name, e.line, e.message) for e in report.errors] == [
+        ("old_train.py", 5, "Python 2 syntax: `print` statement at line 5; loopcheck reads Python 3")
+    ]
+    assert [(Path(f.path).name, f.code) for f in report.findings] == [("new_train.py", "LC102")]
+
+
 def test_undecodable_bytes_are_an_error_with_their_line(tmp_path: Path) -> None:
     path = tmp_path / "latin.py"
     path.write_bytes(b"import torch\n# caf\xe9\nx = 1\n")

@@ -28,7 +28,9 @@ from loopcheck.lint.loopmodel.torch_api import (
     LOSS_SCALER_CLASSES,
     LOSS_SCALER_NAME,
     METHOD_EVENTS,
+    WRAPPERS,
     _BUILTINS,
+    _MOVE_METHODS,
     _PARAM_METHODS,
     is_accumulation_test,
 )
@@ -51,6 +53,8 @@ class BuilderCalls:
             return
         elif kind is cst.Attribute:
             self.walk_expr(node.value, frame)  # type: ignore[attr-defined]
+        elif kind is cst.IfExp:
+            self.walk_ifexp(node, frame)  # type: ignore[attr-defined]
         elif kind is cst.BinaryOperation:
             self.walk_expr(node.left, frame)  # type: ignore[attr-defined]
             self.walk_expr(node.right, frame)  # type: ignore[attr-defined]
@@ -114,7 +118,7 @@ class BuilderCalls:
             return
         self._escape(call, frame)
         # a forward pass: model(x)
-        if isinstance(func, (cst.Name, cst.Attribute)):
+        if isinstance(func, (cst.Name, cst.Attribute)) and not _library_call(func, unit):
             name = self.target(func, frame)
             if name and name not in unit.imports:
                 self.use(name, "call", frame)
@@ -301,15 +305,17 @@ class BuilderCalls:
 
     def _m_update_parameters(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
-        self.use(name, "update_parameters", frame)
         model = _positional(call, 0)
+        if model is None:
+            return False  # `executor.update_parameters(name=...)`: an averaged model is given the model
+        self.use(name, "update_parameters", frame)
         self.event(EventKind.EMA_UPDATE, name, call, frame, model=self.target(model, frame) if model is not None else None)
         return True
 
     def _m_mode(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
-        if name is None or type(recv) is cst.Call:
-            return False
+        if name is None or (type(recv) is cst.Call and not _moved(recv)):
+            return False  # `build().train()`: not a network the model knows
         attr = call.func.attr.value  # type: ignore[attr-defined]
         mode = _positional(call, 0) or _kw(call, "mode")
         if attr == "eval" and call.args:
@@ -371,3 +377,21 @@ class BuilderCalls:
                 if name in self.param_owner and self.param_owner[name]:
                     self.frozen.add(self.param_owner[name])  # type: ignore[arg-type]
         return True
+
+
+def _library_call(func: cst.Name | cst.Attribute, unit) -> bool:
+    """`torch.Generator(...)`, `accelerator.unwrap_model(m)`, `nn.functional.relu(x)`: a call of an
+    imported module's function or of a wrapper lookup, not a forward pass of a network."""
+    root = func
+    while type(root) is cst.Attribute:
+        root = root.value
+    if type(func) is cst.Attribute and type(root) is cst.Name and root.value in unit.imports:
+        return True
+    last = func.attr.value if type(func) is cst.Attribute else func.value
+    return "unwrap" in last or last in WRAPPERS
+
+
+def _moved(call: cst.Call) -> bool:
+    """`model.to(device)`, `model.cuda()`, `model.half()`: the module itself, returned."""
+    func = call.func
+    return type(func) is cst.Attribute and func.attr.value in _MOVE_METHODS and func.attr.value not in ("train", "eval")

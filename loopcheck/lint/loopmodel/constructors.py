@@ -13,6 +13,7 @@ from loopcheck.lint.loopmodel.nodes import _dotted, _is_none, _kw, _positional, 
 from loopcheck.lint.loopmodel.torch_api import (
     EMA_CLASSES,
     OPTIMIZER_CLASSES,
+    PARAMETER_FREE_MODULES,
     SCHEDULER_CLASSES,
     WRAPPERS,
     _EMA_RE,
@@ -82,7 +83,9 @@ class BuilderConstructors:
             cls == "from_pretrained" and re.search(r"(^|\.)(Auto\w*Model\w*|\w+For\w+|\w+Model)\.from_pretrained$", qual)
         ):
             role = Role.MODEL
-        elif qual.startswith("torch.nn.") and cls[:1].isupper() and cls not in ("Parameter", "ParameterList", "ParameterDict"):
+        elif qual.startswith("torch.nn.") and cls[:1].isupper() and cls not in (
+            "Parameter", "ParameterList", "ParameterDict", *PARAMETER_FREE_MODULES
+        ):
             role = Role.MODEL
         if role is None:
             return False

@@ -183,7 +183,7 @@ class BuilderInlining:
             expr = dec.decorator
             qual = frame.unit.qualify(expr.func if type(expr) is cst.Call else expr) or ""
             last = qual.rsplit(".", 1)[-1]
-            if last in ("no_grad", "inference_mode"):
+            if last in ("no_grad", "inference_mode") or _project_no_grad(frame.unit, _dotted(expr.func if type(expr) is cst.Call else expr)):
                 frame.no_grad = True
                 self.event(EventKind.NO_GRAD, None, dec, frame, form="decorator")
 
@@ -259,3 +259,30 @@ class BuilderInlining:
             self.walk_suite(fdef.body, frame)
         finally:
             self.blocks.pop()
+
+
+_NO_GRAD_WORDS = ("no_grad", "inference_mode")
+
+
+def _project_no_grad(unit, qual: str) -> bool:
+    """A decorator defined in the project that hands back `torch.no_grad()` or
+    `torch.inference_mode()` (often chosen by the torch version): every `return` in it, nested
+    functions included, names one of them."""
+    found = unit.lookup_function(qual) if qual else None
+    if found is None:
+        return False
+    fdef, owner = found
+    returns = [n for n in _nodes_under(fdef) if type(n) is cst.Return and n.value is not None]
+    if not returns:
+        return False
+    texts = [owner.text(r.value) for r in returns]
+    nested = {n.name.value for n in _nodes_under(fdef) if type(n) is cst.FunctionDef and n is not fdef}
+    return all(any(w in t for w in _NO_GRAD_WORDS) or t.strip() in nested for t in texts) and any(
+        any(w in t for w in _NO_GRAD_WORDS) for t in texts
+    )
+
+
+def _nodes_under(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _nodes_under(child)

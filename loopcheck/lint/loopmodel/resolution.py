@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
 from loopcheck.lint.loopmodel.facts import (
     Binding,
     Event,
@@ -30,13 +32,13 @@ class BuilderResolution:
         for loop in self._all_loops():
             loop.events = [e for e in loop.events if id(e) not in self.dropped]
         events = [e for e in self.events if id(e) not in self.dropped]
-        self._classify_loops()
         for loop in self._all_loops():
             block = self.loop_blocks.get(id(loop), [])
             expanded = _expand(block, self.dropped)
             expanded = [path for path in expanded if feasible(path[0])] or expanded
             loop.traces = [evs for evs, _ in expanded]
             loop.trace_ends = [end for _, end in expanded]
+        self._classify_loops(events)
         return ModuleModel(path=self.path, module=self.main.module, bindings=self.bindings, loops=self.loops, events=events)
 
     def _all_loops(self) -> Iterator[Loop]:
@@ -146,7 +148,7 @@ class BuilderResolution:
             if whole and whole in self.bindings and self.bindings[whole].role in (Role.MODEL, Role.EMA, Role.OPTIMIZER):
                 ev.detail["whole_object"] = whole
 
-    def _classify_loops(self) -> None:
+    def _classify_loops(self, events: list[Event]) -> None:
         has_backward: dict[int, bool] = {}
         has_forward: dict[int, bool] = {}
         has_step: dict[int, bool] = {}
@@ -175,5 +177,35 @@ class BuilderResolution:
                     if ancestor.kind is LoopKind.BATCH:
                         inside_batch = True
                     ancestor = ancestor.parent
-                if not inside_batch:
+                if not inside_batch and not _runs_once(loop) and not _feeds_backward_after(loop, events):
                     loop.kind = LoopKind.EVAL
+
+
+def _runs_once(loop: Loop) -> bool:
+    """Every path of the body ends in `break`: one forward (a lazy-module initialisation, a shape
+    probe), not a pass over data."""
+    return bool(loop.trace_ends) and all(end == "break" for end in loop.trace_ends)
+
+
+def _feeds_backward_after(loop: Loop, events: list[Event]) -> bool:
+    """A loss summed over the loop (`total += model(x)...`) and backpropagated once after it:
+    the loop is training, not evaluation."""
+    summed = {
+        node.target.value
+        for node in _walk_statements(loop.node)
+        if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name)
+    }
+    if not summed:
+        return False
+    return any(
+        e.kind is EventKind.BACKWARD and e.target in summed and e.path == loop.path and e.line > loop.end_line
+        and e.via == loop.via
+        for e in events
+    )
+
+
+def _walk_statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    for child in node.children:
+        yield child
+        if not isinstance(child, (cst.FunctionDef, cst.ClassDef)):
+            yield from _walk_statements(child)

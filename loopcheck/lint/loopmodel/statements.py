@@ -111,6 +111,30 @@ class BuilderStatements:
             other = self.blocks.pop()
         self.block.append(_Branch([body, other]))
 
+    def walk_ifexp(self, node: cst.IfExp, frame: _Frame) -> None:
+        """`a() if test else b()`: the two calls are the two branches of an `if`
+        (`net.train() if is_train else net.eval()`)."""
+        self.walk_expr(node.test, frame)
+        known = self._truth(node.test, frame)
+        if self.transparent or known is not None:
+            if known is not False:
+                self.walk_expr(node.body, frame)
+            if known is not True:
+                self.walk_expr(node.orelse, frame)
+            return
+        text = frame.unit.text(node.test)
+        sides = []
+        for side, negated in ((node.body, False), (node.orelse, True)):
+            self.blocks.append([])
+            self.guards.append(Guard(text, is_accumulation_test(text), negated=negated))
+            try:
+                self.walk_expr(side, frame)
+            finally:
+                self.guards.pop()
+                sides.append(self.blocks.pop())
+        if any(sides):
+            self.block.append(_Branch(sides))
+
     def _truth(self, test: cst.BaseExpression, frame: _Frame) -> bool | None:
         """The value of a test that is constant: a literal (`if 0:`), a module-level flag bound
         once to a constant (`if USE_AMP:`), or a parameter the caller left as None."""
@@ -293,6 +317,9 @@ class BuilderStatements:
                 qual = frame.unit.qualify(small.value.func) or ""
                 if qual.endswith("set_grad_enabled"):
                     self._enter_context(small.value, small, frame)
+                entered = _entered_context(small.value)
+                if entered is not None:  # `stack.enter_context(torch.no_grad())`: until the stack closes
+                    self._enter_context(entered, small, frame)
         elif type(small) is cst.Assign:
             self.walk_expr(small.value, frame)
             for target in small.targets:
@@ -449,7 +476,7 @@ class BuilderStatements:
         scope = self._scope(tc, frame)
         if existing is None or existing == scope or "." in tc and not tc.startswith("self."):
             return tc
-        return f"{tc}@{scope}"
+        return f"{tc}@{scope.replace('.', ':')}"  # no dot in the suffix: messages drop it (rules.base.user_names)
 
     def _grad_owner(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
         name = self.canon(node, frame)
@@ -476,3 +503,11 @@ def _filtered_iteration(iter_node: cst.BaseExpression, text: str) -> bool:
     if type(node) is cst.ListComp or type(node) is cst.GeneratorExp:
         return any(_selects_parameters(cst.Module(body=[]).code_for_node(c.test)) for c in node.for_in.ifs)
     return "filter(" in text and "requires_grad" not in text and ".grad is not None" not in text
+
+
+def _entered_context(call: cst.Call) -> cst.BaseExpression | None:
+    """The context manager of `stack.enter_context(cm)` (an ExitStack entering it)."""
+    func = call.func
+    if type(func) is cst.Attribute and func.attr.value == "enter_context" and len(call.args) == 1:
+        return call.args[0].value
+    return None

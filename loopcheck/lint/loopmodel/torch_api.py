@@ -47,6 +47,16 @@ _MOVE_METHODS = frozenset(
 _PARAM_METHODS = frozenset({"parameters", "named_parameters"})
 _EMA_RE = re.compile(r"EMA|(?:^|[a-z_])Ema(?=[A-Z0-9_]|$)")
 
+# torch.nn modules without parameters or buffers that change: calling one is arithmetic, not a
+# network's forward pass (no mode, nothing to evaluate)
+PARAMETER_FREE_MODULES = frozenset({
+    "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d", "Identity", "Flatten", "Unflatten",
+    "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "ELU", "Mish",
+    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle",
+    "ZeroPad2d", "ConstantPad2d", "ReflectionPad2d", "ReplicationPad2d", "CosineSimilarity", "PairwiseDistance",
+})
+
 _NAME_ROLES: tuple[tuple[Role, re.Pattern[str]], ...] = (
     (Role.EMA, re.compile(r"^(ema|ema_model|model_ema|ema_net|swa_model|averaged_model|ema_\w+|\w+_ema)$")),
     (Role.SCHEDULER, re.compile(

@@ -45,7 +45,14 @@ _EMA_TOKENS = frozenset({"ema", "emas", "shadow", "swa", "averaged", "average", 
 _RNG_CALL = re.compile(r"get_rng_state|\bgetstate\s*\(|\bget_state\s*\(|\brng\b|\brng_state", re.I)
 _STATE_DICT = re.compile(r"([A-Za-z_][\w.]*(?:\[[^\]]*\])?)\s*\.\s*state_dict\s*\(")
 _NESTED_KEY = re.compile(r"[\"'](\w+)[\"']\s*:")
-_EXPORT_PATH = re.compile(r"best|final|export|weights|infer|deploy|release|pretrain|model_only|for_eval", re.I)
+_EXPORT_PATH = re.compile(
+    r"best|final|export|weights|infer|deploy|release|pretrain|model_only|for_eval|tmp|temp",
+    re.I,
+)
+# a metrics history saved next to the checkpoint (`stat.pt`, `history_epoch_3.pth`)
+_HISTORY_PATH = re.compile(r"stats?\b|history|metrics", re.I)
+# functions whose saves are weights for inference or sharing, not a training checkpoint
+_EXPORT_FUNCTION = re.compile(r"save_weights|export|save_pretrained|save_for_inference|save_model_weights", re.I)
 
 
 def _tokens(key: str) -> list[str]:
@@ -100,6 +107,8 @@ class Saved:
     progress_in_path: bool = False  # `f"ckpt_epoch{epoch}.pt"`: the file name records the progress
     unit: tuple = ()
     joined: set[str] = field(default_factory=set)  # items of the component files saved next to it
+    declined: set[str] = field(default_factory=set)  # entries saved as `None` on purpose (an inference export)
+    function: str = ""  # name of the function the save is written in
 
     @property
     def training_state(self) -> set[str]:
@@ -116,7 +125,7 @@ class Saved:
 
     @property
     def looks_exported(self) -> bool:
-        return bool(_EXPORT_PATH.search(self.path_text))
+        return bool(_EXPORT_PATH.search(self.path_text)) or bool(_EXPORT_FUNCTION.search(self.function))
 
 
 def classify(event: Event, model: ModuleModel) -> Saved:
@@ -137,13 +146,33 @@ def classify(event: Event, model: ModuleModel) -> Saved:
     for key in keys or ():
         value = str(values.get(key, ""))
         item = key_item(str(key), value)
-        if item:
+        if item and value.strip() == "None":
+            saved.declined.add(item)
+        elif item:
             saved.items.add(item)
+    saved.function = _function_name(event)
     for text in [*(str(v) for v in values.values()), obj_text]:
         saved.items |= text_items(text, model)
     saved.progress_in_path = _path_has_progress(saved.path_text)
     return saved
 
+
+def _function_name(event: Event) -> str:
+    """Name of the function the event is written in ('' at module level)."""
+    if event.module is None:
+        return ""
+    from loopcheck.lint.syntax import module_nodes
+
+    parents = module_nodes(event.module)[1]
+    current = parents.get(id(event.node))
+    while current is not None:
+        if isinstance(current, cst.FunctionDef):
+            return current.name.value
+        current = parents.get(id(current))
+    return ""
+
+
+_STEP_GLOB = re.compile(r"[\"'][^\"'\n]*(?:step|epoch|iter)\w*[-_]?\*", re.I)
 
 _STRING = re.compile(r"[rbuRBU]?([\"'])(?:\\.|(?!\1).)*\1")
 
@@ -208,6 +237,8 @@ class Facts:
                 if part.component and part.unit == saved.unit:
                     saved.joined |= part.items
         self.loads = [e for e in events if e.kind is K.LOAD]
+        # `max(out_dir.glob("step-*"), key=...)`: the resume finds its step in the folder names
+        self.progress_from_names = any(_STEP_GLOB.search(text) for text in ctx.texts or [ctx.source])
 
     def resumes_from(self, saved: Saved) -> bool:
         """A load of the same file, or one on a resume path (`if args.resume:`)."""
@@ -215,6 +246,8 @@ class Facts:
             call = load.detail.get("call")
             path = _first_arg_text(call) if isinstance(call, cst.Call) else ""
             if path and saved.path_text and path == saved.path_text:
+                if _reloads_after(load, saved.event):
+                    continue  # saved, then read back for testing or generation: not a resume
                 return True
             texts = [path, *(g.text for g in load.guards)]
             if any(re.search(r"resume|restore|last", t or "", re.I) for t in texts):
@@ -228,6 +261,13 @@ class Facts:
         for saved in self.saves:
             if not saved.known or saved.whole_object or saved.component:
                 continue
+            if saved.declined & {OPTIMIZER, SCHEDULER, SCALER}:
+                continue  # `"optimizer": None`: the file is declared not to resume training
+            if _HISTORY_PATH.search(saved.path_text) and any(
+                other is not saved and other.unit == saved.unit and other.items & {OPTIMIZER, SCHEDULER, SCALER}
+                for other in self.saves
+            ):
+                continue  # the metrics history next to the real checkpoint
             if saved.training_state:
                 if saved.looks_exported and not saved.items & {OPTIMIZER, SCHEDULER, SCALER}:
                     continue  # `best.pt` with an epoch next to it: an inference artifact
@@ -240,6 +280,11 @@ class Facts:
                 and self.resumes_from(saved)
             ):
                 yield saved
+
+
+def _reloads_after(load: Event, save: Event) -> bool:
+    """The load reads the file back later in the same code as the save."""
+    return load.path == save.path and load.via == save.via and load.line > save.line
 
 
 def _first_arg_text(call: cst.Call | None) -> str:

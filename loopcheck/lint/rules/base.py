@@ -72,8 +72,10 @@ class Rule:
         at: "Event | cst.CSTNode | Span",
         message: str,
         fix: dict[str, Any] | None = None,
+        severity: Severity | None = None,
     ) -> Finding:
-        """A finding of this rule at an event, a node of ctx.module, or an explicit span."""
+        """A finding of this rule at an event, a node of ctx.module, or an explicit span. `severity`
+        lowers the page's severity for a finding whose proof rests on something unresolved."""
         path = ctx.path
         if isinstance(at, Span):
             span = at
@@ -86,8 +88,8 @@ class Rule:
         return Finding(
             code=self.code,
             name=meta.name,
-            severity=meta.severity,
-            message=cite(message, path),
+            severity=meta.severity if severity is None else min(severity, meta.severity, key=lambda s: s.rank),
+            message=cite(user_names(message), path),
             path=path,
             line=span.line,
             column=span.column,
@@ -95,6 +97,15 @@ class Rule:
             end_column=span.end_column,
             fix=fix,
         )
+
+
+_SCOPED = re.compile(r"(?<=[\w\]])@(?:<module>|[A-Za-z_][\w:]*)")
+
+
+def user_names(message: str) -> str:
+    """The names the user wrote: the model keeps two objects bound to one name in two functions
+    apart as `scheduler@build`; a message says `scheduler` (its line says where)."""
+    return _SCOPED.sub("", message)
 
 
 def required_pattern(rule: type[Rule]) -> "re.Pattern[str] | None":

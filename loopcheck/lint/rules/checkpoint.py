@@ -10,12 +10,13 @@ from typing import Iterator
 
 import libcst as cst
 
-from loopcheck.findings import Finding
-from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role
+from loopcheck.findings import Finding, Severity
+from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role, SchedulerCadence
 from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, SCHEDULER, Facts, Saved, name_of
 from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule
-from loopcheck.lint.values import index_for
+from loopcheck.lint.torch_range import declared_floor, floor_text
+from loopcheck.lint.values import code_of, index_for
 
 K = EventKind
 
@@ -77,8 +78,8 @@ class CheckpointMissingScheduler(_CheckpointRule):
     item = SCHEDULER
 
     def needed(self, facts: Facts) -> bool:
-        # `scheduler.last_epoch = start_epoch - 1` (YOLOv5): the position is restored by hand
-        return facts.uses_scheduler and not _assigns_attribute(facts.module, "last_epoch")
+        # `scheduler.last_epoch = start_epoch - 1`: the position is restored by hand
+        return facts.uses_scheduler and not _assigns_attribute(facts.module, "last_epoch") and not _position_restored(facts.model)
 
     def message(self, saved: Saved, facts: Facts) -> str:
         sched = name_of(facts.model, Role.SCHEDULER, "scheduler")
@@ -86,6 +87,30 @@ class CheckpointMissingScheduler(_CheckpointRule):
             f"{_describe(saved)} has no scheduler state: a resumed run restarts the learning-rate "
             f"schedule from its first value; add `\"scheduler\": {sched}.state_dict()`"
         )
+
+
+def _position_restored(model: ModuleModel) -> bool:
+    """The schedule's position comes back without its state dict: the scheduler is rebuilt with
+    `last_epoch=start_epoch - 1`, or stepped with the epoch (`scheduler.step(epoch)`)."""
+    for binding in model.bindings.values():
+        if binding.role is not Role.SCHEDULER or binding.call is None:
+            continue
+        for arg in binding.call.args:
+            if arg.keyword is not None and arg.keyword.value == "last_epoch" and not _is_minus_one(arg.value):
+                return True
+    return any(
+        e.kind is K.SCHED_STEP and e.detail.get("args") and not _plateau(model, e.target)
+        for e in model.events
+    )
+
+
+def _plateau(model: ModuleModel, name: str | None) -> bool:
+    binding = model.bindings.get(name or "")
+    return binding is None or binding.cadence is SchedulerCadence.METRIC
+
+
+def _is_minus_one(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer) and node.expression.value == "1"
 
 
 class CheckpointMissingScaler(_CheckpointRule):
@@ -111,7 +136,11 @@ class CheckpointMissingProgress(_CheckpointRule):
         return True
 
     def holds(self, saved: Saved) -> bool:
-        return saved.holds(PROGRESS) or saved.progress_in_path
+        return saved.holds(PROGRESS) or saved.progress_in_path or self.facts.progress_from_names
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        self.facts = Facts.of(ctx)
+        yield from super().check(ctx)
 
     def message(self, saved: Saved, facts: Facts) -> str:
         return (
@@ -154,23 +183,83 @@ class CheckpointMissingEma(_CheckpointRule):
 
 
 class TorchLoadUnsafe(Rule):
+    """Severity follows what the project proves: a warning when its declared torch range admits
+    versions before 2.6 (where the default unpickles anything), or when it writes
+    `weights_only=False` for a file that comes from outside; an info when it declares no torch
+    range; nothing when it requires torch >= 2.6, when the project allows its own classes with
+    `add_safe_globals` / `safe_globals`, or when the file is one this code saved with tensors only."""
+
     code = "LC508"
     requires = (whole_word("load"),)  # `torch.load`, `th.load`, `from torch import load`
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         index = index_for(ctx.path, ctx.module)
-        for call in nodes_of(ctx.module, cst.Call):
-            if index.qualify(call.func) != "torch.load":
+        calls = [c for c in nodes_of(ctx.module, cst.Call) if index.qualify(c.func) == "torch.load"]
+        if not calls or _SAFE_GLOBALS.search(ctx.source):
+            return
+        floor = _project_floor(ctx)
+        own = _own_tensor_files(ctx)
+        saved_to = {s.path_text for s in Facts.of(ctx).saves}
+        for call in calls:
+            if any(a.star == "**" for a in call.args):
                 continue
-            if any(a.star == "**" or (a.keyword is not None and a.keyword.value == "weights_only") for a in call.args):
+            given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "weights_only"), None)
+            path = code_of(call.args[0].value) if call.args and call.args[0].keyword is None else ""
+            if given is not None:
+                if not (isinstance(given, cst.Name) and given.value == "False") or not _from_outside(path) or path in saved_to:
+                    continue
+                yield self.finding(
+                    ctx,
+                    call,
+                    f"`torch.load({path}, weights_only=False)` unpickles a file whose path comes from "
+                    f"outside the code (`{path}`): a crafted checkpoint runs arbitrary code; load it "
+                    f"with `weights_only=True` and allow the classes it needs with "
+                    f"`torch.serialization.add_safe_globals`",
+                    severity=Severity.WARNING,
+                )
                 continue
+            if path in own and not path.isidentifier():
+                continue  # a file this code saves itself with tensors and plain values (a bare
+                # parameter name like `file` says nothing about which file)
+            if floor is not None and floor >= (2, 6):
+                continue  # the default is `weights_only=True` on every version the project allows
+            severity = Severity.WARNING if floor is not None else Severity.INFO
+            declared = (
+                f"the project allows torch {floor_text(floor)}, where versions before 2.6 default to "
+                f"`weights_only=False` and unpickle arbitrary code"
+                if floor is not None
+                else "the project declares no torch version: before 2.6 the default unpickles arbitrary code"
+            )
             yield self.finding(
                 ctx,
                 call,
-                "`torch.load` without `weights_only` unpickles arbitrary code before PyTorch 2.6 and "
-                "refuses non-tensor objects after it; pass `weights_only=True` (or `weights_only=False` "
-                "for your own trusted file)",
+                f"`torch.load` without `weights_only` (line {ctx.span(call).line}): {declared}, and from "
+                f"2.6 it refuses non-tensor objects; pass `weights_only=True` (or `weights_only=False` "
+                f"for your own trusted file)",
+                severity=severity,
             )
+
+
+_SAFE_GLOBALS = re.compile(r"\b(add_safe_globals|safe_globals)\b")
+_OUTSIDE = re.compile(r"\bargs\b|\bopts?\b|\bcfg\b|config|url|download|hub|pretrained|sys\.argv|environ", re.I)
+
+
+def _from_outside(path: str) -> bool:
+    """A path the user or a download chooses (an argument, a config value, a URL), not a literal."""
+    return bool(path) and not re.fullmatch(r"[rbuRBU]?[\"'][^\"']*[\"']", path.strip()) and bool(_OUTSIDE.search(path))
+
+
+def _project_floor(ctx: FileContext) -> tuple[int, ...] | None:
+    project = ctx.project
+    roots = getattr(project, "roots", None) or []
+    floors = [f for f in (declared_floor(root) for root in roots) if f is not None]
+    return min(floors) if floors else None
+
+
+def _own_tensor_files(ctx: FileContext) -> set[str]:
+    """Path expressions this file saves to with state dicts, tensors and plain values only."""
+    facts = Facts.of(ctx)
+    return {s.path_text for s in facts.saves if s.path_text and s.known and not s.whole_object}
 
 
 class WholeModelPickled(Rule):
@@ -183,15 +272,27 @@ class WholeModelPickled(Rule):
         for e in model.events:
             if e.kind is not K.SAVE:
                 continue
+            if _converts_modules(e):
+                continue
             pickled = _pickled_model(e, model)
             if pickled is None or not Trace.remember(seen, e):
                 continue
+            key = next((k for k, v in (e.detail.get("values") or {}).items() if str(v).strip() == pickled), None)
+            where = f"the module `{pickled}` itself" + (f" under `\"{key}\"`" if key is not None else "")
             yield self.finding(
                 ctx,
                 e,
-                f"`torch.save` pickles the module `{pickled}` itself, which only loads where the same "
-                f"class is importable from the same path; save `{pickled}.state_dict()` instead",
+                f"`torch.save` (line {e.line}) pickles {where}, which only loads where the same class "
+                f"is importable from the same path; "
+                + (f"store `{pickled}.state_dict()` under that key instead" if key is not None
+                   else f"save `{pickled}.state_dict()` instead"),
             )
+
+
+def _converts_modules(event: Event) -> bool:
+    """Lightning Fabric's `save` stores the state dicts of the modules and optimizers it is given."""
+    fn = event.detail.get("fn") or ""
+    return fn.split(".")[0] == "fabric" or fn.endswith("fabric.save")
 
 
 _UNWRAP = re.compile(r"\.(module|_orig_mod)$")

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from loopcheck.findings import Finding
+from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
 from loopcheck.lint.rules._shared import Trace, exclusive, inside, outermost
 from loopcheck.lint.rules.base import FileContext, Rule
@@ -96,11 +96,62 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
         iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
-        if not iterates_data or loop.iter_text.lstrip().startswith("range("):
+        by_index = loop.iter_text.lstrip().startswith("range(")
+        if not iterates_data and not by_index:
             continue
         forward = next((e for e in model.events if _is_model_forward(model, e) and inside(e, loop)), None)
-        if forward is not None:
-            yield loop, forward
+        if forward is None or _network_of_the_loop(model, loop, forward):
+            continue
+        if by_index and not _HELD_OUT.search(_arguments_text(forward)):
+            continue  # `for i in range(n)`: only a loop slicing held-out data (`X_val[i:i + bs]`) evaluates
+        yield loop, forward
+
+
+# held-out data named in a forward's arguments: `model(X_val)`, `net(x_test[i:j])`
+_HELD_OUT = re.compile(r"(?<![A-Za-z])(val|valid|validation|test|dev|holdout|eval)(?![a-z])", re.I)
+
+
+def _arguments_text(event: Event) -> str:
+    node = event.node
+    if not isinstance(node, cst.Call):
+        return ""
+    try:
+        return " ".join(cst.Module(body=[]).code_for_node(a.value) for a in node.args)
+    except Exception:  # a node libcst cannot print alone
+        return ""
+
+
+def _full_batch_evaluations(model: ModuleModel, trained: set[str]) -> Iterator[tuple[Loop, Event]]:
+    """A trained network run once on held-out data under no_grad in the epoch loop
+    (`val_loss = criterion(model(X_val), y_val)`): an evaluation without a loop of its own."""
+    for event in model.events:
+        loop = event.loop
+        if loop is None or loop.kind is not LoopKind.EPOCH or not event.no_grad:
+            continue
+        if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
+            continue
+        if _HELD_OUT.search(_arguments_text(event)):
+            yield loop, event
+
+
+def _network_of_the_loop(model: ModuleModel, loop: Loop, forward: Event) -> bool:
+    """The network run is what the loop iterates (`for block in self.blocks: x = block(x)`) or is
+    built in its body (one model per config in a smoke test): not evaluation over data."""
+    node = loop.node
+    if isinstance(node, cst.For) and forward.target in _names_in(node.target):
+        return True
+    binding = model.bindings.get(forward.target or "")
+    if binding is None or binding.line is None or binding.path != loop.path:
+        return False
+    return loop.line <= binding.line <= loop.end_line
+
+
+def _names_in(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for el in target.elements for n in _names_in(el.value)}
+    return set()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,13 +161,15 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
 
 def _last_mode(events: list[Event], target: str) -> Event | None:
     """The last mode switch in `events` that decides `target`'s mode (a switch of another network
-    to eval mode counts as well: the names may be two handles of one model)."""
+    to eval mode counts as well: the names may be two handles of one model). An explicit `eval()`
+    of the network itself counts even when its parameters are frozen: it is the switch asked for."""
     for event in reversed(events):
         if event.kind is K.TRAIN_MODE and _same_model(event.target, target):
             return event
-        if event.kind is K.EVAL_MODE and not event.detail.get("frozen"):
-            if _same_model(event.target, target) or "." not in (event.target or "."):
-                return event
+        if event.kind is K.EVAL_MODE and _same_model(event.target, target):
+            return event
+        if event.kind is K.EVAL_MODE and not event.detail.get("frozen") and "." not in (event.target or "."):
+            return event
     return None
 
 
@@ -128,7 +181,8 @@ class EvalWithoutEvalMode(Rule):
         # the trace runs the entry points (functions of this file, the module body) one after the
         # other: what one of them does says nothing about the mode at the start of another
         trace = Trace.of(ctx)
-        for loop, forward in _evaluation_loops(model):
+        passes = list(_evaluation_loops(model)) + list(_full_batch_evaluations(model, _trained(model)))
+        for loop, forward in passes:
             target = forward.target
             entry = trace.entry(forward)
             events = [e for e in model.events if trace.entry(e) == entry]
@@ -161,16 +215,26 @@ class EvalWithoutEvalMode(Rule):
                     continue
                 elif not (any(e.kind is K.BACKWARD for e in between) or backward_in_outer and loop is not outer):
                     continue  # train() right before a forward-only pass: on purpose (BN recalibration)
+                # never switched: the mode at entry is only known when the network is built here
+                built_here = state is not None or _built_here(model, target)
                 yield self.finding(
                     ctx,
                     forward,
-                    f"the evaluation loop over `{loop.iter_text}` runs `{target}` in training mode "
-                    f"(no `{target}.eval()` since "
+                    (f"the evaluation loop over `{loop.iter_text}` (line {loop.line})" if loop.kind is LoopKind.EVAL
+                     else f"the evaluation pass on held-out data (line {forward.line})")
+                    + f" runs `{target}` in training mode (no `{target}.eval()` since "
                     + (f"`{state.target}.train()` on line {state.line}" if state else "it was built")
                     + "): dropout stays on and BatchNorm uses and updates batch statistics; "
-                    f"call `{target}.eval()` before the loop",
+                    f"call `{target}.eval()` before " + ("the loop" if loop.kind is LoopKind.EVAL else "it"),
+                    severity=None if built_here else Severity.WARNING,
                 )
                 break
+
+
+def _built_here(model: ModuleModel, target: str | None) -> bool:
+    """The network's constructor is in the code the model read (so it starts in train mode)."""
+    binding = model.bindings.get(target or "")
+    return binding is not None and binding.evidence == "constructor"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,6 +300,8 @@ class TrainModeNotRestored(Rule):
             at = _index(iteration, event)
             if at < 0:
                 continue
+            if any(e.kind is K.TRAIN_MODE and _same_model(e.target, target) and exclusive(e, event) for e in iteration):
+                continue  # `train()` on one branch, `eval()` on the other: the mode is chosen on purpose
             # the rest of this iteration (minus the other side of the eval()'s `if`), then the next
             rest = [e for e in iteration[at + 1 :] if not exclusive(e, event)]
             for later in rest + iteration[:at]:
@@ -243,7 +309,7 @@ class TrainModeNotRestored(Rule):
                     break  # switched again (back to train, or eval again: that one is judged)
                 if later.kind is K.TRAIN_MODE and "." not in (later.target or "."):
                     break  # another handle of the network is switched back: say nothing
-                if later.kind is K.BACKWARD:
+                if later.kind is K.BACKWARD and not _only_with_graph(later):
                     where = "epoch" if loop.kind is not LoopKind.BATCH else "batch"
                     yield self.finding(
                         ctx,
@@ -253,6 +319,12 @@ class TrainModeNotRestored(Rule):
                         f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
                     )
                     break
+
+
+def _only_with_graph(event: Event) -> bool:
+    """A backward under `if loss.requires_grad:` / `if torch.is_grad_enabled():`: a step shared by
+    training and evaluation that only trains when the loss carries a graph."""
+    return any(not g.negated and ("requires_grad" in g.text or "is_grad_enabled" in g.text) for g in event.guards)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +339,7 @@ class BackwardUnderNoGrad(Rule):
         events = ctx.model.events
         trace = Trace.of(ctx)
         for i, event in enumerate(events):
-            if event.kind is not K.BACKWARD or not event.no_grad or event.grad_conditional:
+            if event.kind is not K.BACKWARD or not event.no_grad or event.grad_conditional or _only_with_graph(event):
                 continue
             # the forward that produced the loss: the nearest one before, back to the previous backward
             forward = None

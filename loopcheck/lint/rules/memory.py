@@ -10,6 +10,8 @@ cannot establish comes back as None, and the rules then say nothing.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -628,11 +630,30 @@ def _kept_losses(
             root = _root(holder)
             if root is None or not _may_keep(index, n) or _under_no_grad(index, n, loop) or kept_on_purpose(root):
                 continue
+            if _stores_detached(flow, index, n):
+                continue
             for arg in n.args:
                 loss = tracker.carries(arg.value, n)
                 if loss is not None:
                     yield n, _key(holder), _key(loss)
                     break
+
+
+_DETACHED_TEXT = re.compile(r"\.data\b|\.item\(\)|\.detach\(\)|\.tolist\(\)|\bfloat\(")
+
+
+def _stores_detached(flow: LossFlow, index: ModuleIndex, call: cst.Call) -> bool:
+    """`meter.add(loss)` where `meter` is a project class whose `add` keeps `v.data`,
+    `v.item()` or `v.detach()`: the graph is not kept."""
+    func = call.func
+    assert isinstance(func, cst.Attribute)
+    holder = flow.obj(index, func.value, call)
+    if holder is None or holder.kind != "class":
+        return False
+    method = flow.method(holder.where, func.attr.value)
+    if method is None:
+        return False
+    return bool(_DETACHED_TEXT.search(method.index.module.code_for_node(method.node)))
 
 
 def _spared(
