@@ -25,6 +25,16 @@ def shown(name: str | None, default: str = "") -> str:
     return name.split("@", 1)[0]
 
 
+_SCOPED = re.compile(r"(?<=[\w\]])@(?:<module>|[A-Za-z_][\w:]*)")
+
+
+def user_names(message: str) -> str:
+    """The names the user wrote: the model keeps two objects bound to one name in two functions
+    apart as `scheduler@build`; a message says `scheduler` (its line says where)."""
+    return _SCOPED.sub("", message)
+
+
+
 def at(place: Any) -> str:
     """`line N` of an event, loop or binding, for a message (see `cite`)."""
     path = getattr(place, "path", None)

@@ -25,7 +25,7 @@ from loopcheck.catalog import RulePage, page
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.context import FileContext
 from loopcheck.lint.positions import Span
-from loopcheck.lint.rules._display import cite
+from loopcheck.lint.rules._display import cite, user_names
 from loopcheck.lint.syntax import child_nodes, classes_of, module_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
 
 if TYPE_CHECKING:
@@ -97,15 +97,6 @@ class Rule:
             end_column=span.end_column,
             fix=fix,
         )
-
-
-_SCOPED = re.compile(r"(?<=[\w\]])@(?:<module>|[A-Za-z_][\w:]*)")
-
-
-def user_names(message: str) -> str:
-    """The names the user wrote: the model keeps two objects bound to one name in two functions
-    apart as `scheduler@build`; a message says `scheduler` (its line says where)."""
-    return _SCOPED.sub("", message)
 
 
 def required_pattern(rule: type[Rule]) -> "re.Pattern[str] | None":

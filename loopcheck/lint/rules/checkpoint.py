@@ -14,6 +14,7 @@ from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role, SchedulerCadence
 from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, SCHEDULER, Facts, Saved, name_of
 from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
+from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.torch_range import declared_floor, floor_text
 from loopcheck.lint.values import code_of, index_for
@@ -282,7 +283,7 @@ class WholeModelPickled(Rule):
             yield self.finding(
                 ctx,
                 e,
-                f"`torch.save` (line {e.line}) pickles {where}, which only loads where the same class "
+                f"`torch.save` ({cited(e)}) pickles {where}, which only loads where the same class "
                 f"is importable from the same path; "
                 + (f"store `{pickled}.state_dict()` under that key instead" if key is not None
                    else f"save `{pickled}.state_dict()` instead"),

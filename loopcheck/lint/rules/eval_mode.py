@@ -17,6 +17,7 @@ import libcst as cst
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
 from loopcheck.lint.rules._shared import Trace, exclusive, inside, outermost
+from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule
 
 K = EventKind
@@ -220,10 +221,10 @@ class EvalWithoutEvalMode(Rule):
                 yield self.finding(
                     ctx,
                     forward,
-                    (f"the evaluation loop over `{loop.iter_text}` (line {loop.line})" if loop.kind is LoopKind.EVAL
-                     else f"the evaluation pass on held-out data (line {forward.line})")
+                    (f"the evaluation loop over `{loop.iter_text}` ({cited(loop)})" if loop.kind is LoopKind.EVAL
+                     else f"the evaluation pass on held-out data ({cited(forward)})")
                     + f" runs `{target}` in training mode (no `{target}.eval()` since "
-                    + (f"`{state.target}.train()` on line {state.line}" if state else "it was built")
+                    + (f"`{state.target}.train()` on {cited(state)}" if state else "it was built")
                     + "): dropout stays on and BatchNorm uses and updates batch statistics; "
                     f"call `{target}.eval()` before " + ("the loop" if loop.kind is LoopKind.EVAL else "it"),
                     severity=None if built_here else Severity.WARNING,
@@ -315,7 +316,7 @@ class TrainModeNotRestored(Rule):
                         ctx,
                         event,
                         f"`{target}.eval()` in the {where} loop is never undone: the next backward "
-                        f"(line {later.line}) trains `{target}` in eval mode, with dropout off and "
+                        f"({cited(later)}) trains `{target}` in eval mode, with dropout off and "
                         f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
                     )
                     break
@@ -357,7 +358,7 @@ class BackwardUnderNoGrad(Rule):
                 ctx,
                 event,
                 f"`{loss}.backward()` runs under no_grad / inference_mode, and so does the forward "
-                f"pass of `{forward.target}` that produced it (line {forward.line}): no graph is "
+                f"pass of `{forward.target}` that produced it ({cited(forward)}): no graph is "
                 f"recorded and backward raises RuntimeError; move the training step out of the "
                 f"no_grad region or wrap it in `torch.enable_grad()`",
             )
