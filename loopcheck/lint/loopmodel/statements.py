@@ -476,7 +476,7 @@ class BuilderStatements:
         scope = self._scope(tc, frame)
         if existing is None or existing == scope or "." in tc and not tc.startswith("self."):
             return tc
-        return f"{tc}@{scope.replace('.', ':')}"  # no dot in the suffix: messages drop it (rules.base.user_names)
+        return f"{tc}@{scope.replace('.', ':')}"  # no dot in the suffix: messages drop it (rules._display.user_names)
 
     def _grad_owner(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
         name = self.canon(node, frame)
