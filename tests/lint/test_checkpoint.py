@@ -539,3 +539,20 @@ def test_checkpoint_helper_in_another_module_is_followed():
     report = lint_paths([FIXTURES / "ckpt_project"], select=["LC5"])
     found = sorted((Path(f.path).name, f.line, f.code) for f in report.findings if f.severity.value != "info")
     assert found == [("train.py", 56, "LC507"), ("utils.py", 18, "LC502")]
+
+
+def test_lc508_is_silent_on_a_file_this_code_saves_under_the_same_path_template():
+    source = textwrap.dedent('''
+        import torch
+
+        def train(generator, opt, epochs):
+            if opt.epoch != 0:
+                generator.load_state_dict(torch.load("saved_models/%s/generator_%d.pth" % (opt.dataset_name, opt.epoch)))
+            for epoch in range(epochs):
+                torch.save(generator.state_dict(), "saved_models/%s/generator_%d.pth" % (opt.dataset_name, epoch))
+
+        def evaluate(generator, opt):
+            generator.load_state_dict(torch.load("pretrained/%s.pth" % opt.name))
+    ''')
+    lines = [f.line for f in lint_source(source, "train.py", select=["LC508"])]
+    assert lines == [11]

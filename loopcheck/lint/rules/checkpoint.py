@@ -219,9 +219,10 @@ class TorchLoadUnsafe(Rule):
                     severity=Severity.WARNING,
                 )
                 continue
-            if path in own and not path.isidentifier():
+            if (path in own and not path.isidentifier()) or _skeleton(path) in {_skeleton(o) for o in own} - {""}:
                 continue  # a file this code saves itself with tensors and plain values (a bare
-                # parameter name like `file` says nothing about which file)
+                # parameter name like `file` says nothing about which file; the same literal
+                # template, `"G_%d.pth" % epoch` saved and `"G_%d.pth" % opt.epoch` loaded, does)
             if floor is not None and floor >= (2, 6):
                 continue  # the default is `weights_only=True` on every version the project allows
             severity = Severity.WARNING if floor is not None else Severity.INFO
@@ -248,6 +249,17 @@ _OUTSIDE = re.compile(r"\bargs\b|\bopts?\b|\bcfg\b|config|url|download|hub|pretr
 def _from_outside(path: str) -> bool:
     """A path the user or a download chooses (an argument, a config value, a URL), not a literal."""
     return bool(path) and not re.fullmatch(r"[rbuRBU]?[\"'][^\"']*[\"']", path.strip()) and bool(_OUTSIDE.search(path))
+
+
+_LITERAL = re.compile(r"""[rbuRBUfF]*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
+
+
+def _skeleton(path: str) -> str:
+    """The literal parts of a path expression, fields blanked (`f"G_{epoch}.pth"` -> `G_{}.pth`);
+    empty unless they name a file or folder."""
+    parts = [re.sub(r"\{[^{}]*\}", "{}", m.group(1)[1:-1]) for m in _LITERAL.finditer(path)]
+    text = "|".join(parts)
+    return text if re.search(r"[./]", text) else ""
 
 
 def _project_floor(ctx: FileContext) -> tuple[int, ...] | None:
