@@ -181,7 +181,7 @@ def test_rebuild_writes_only_python_files_of_the_listed_paths(tmp_path: Path, ca
 
     assert code == 1  # one mirror is missing
     built = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert built == ["acme+trainer/examples/train.py"]
+    assert built == ["acme+trainer/examples/train.py", "acme+trainer/setup.cfg"]  # the root marker of a clone
     captured = capsys.readouterr()
     assert "1 files       2 lines" in captured.out
     assert "MISSING acme/absent" in captured.err

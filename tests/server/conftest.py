@@ -103,6 +103,8 @@ def project(tmp_path: Path) -> Path:
     root = tmp_path / "proj"
     root.mkdir()
     (root / ".git").mkdir()
+    # a project that allows torch before 2.6, where `torch.load` unpickles by default (LC508 warns)
+    (root / "requirements.txt").write_text("torch>=2.1\n", encoding="utf-8")
     return root
 
 
@@ -134,6 +136,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LspClient
     takes a second); each test works on its own file. It must shut down cleanly at the end."""
     root = tmp_path_factory.mktemp("shared")
     (root / ".git").mkdir()
+    (root / "requirements.txt").write_text("torch>=2.1\n", encoding="utf-8")  # LC508 warns, as in the project fixture
     client = LspClient(root)
     try:
         client.initialize(root, {"debounce": 20})
