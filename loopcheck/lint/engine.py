@@ -89,6 +89,11 @@ def _everything(code: str) -> bool:
 # ------------------------------------------------------------------------------------------
 
 
+# coding cookies of packages that rewrite UTF-8 source when it is imported (f-strings on old
+# Pythons, and the like): the file is UTF-8 text, the codec just is not installed here
+_TRANSFORM_CODECS = frozenset({"future_fstrings", "future-fstrings", "future_annotations", "tokenize_rt"})
+
+
 def _decode(data: bytes, path: str) -> tuple[str | None, LintError | None]:
     nul = data.find(b"\0")
     if nul != -1:
@@ -96,7 +101,10 @@ def _decode(data: bytes, path: str) -> tuple[str | None, LintError | None]:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
-        return None, LintError(path, getattr(exc, "lineno", None) or 1, f"cannot decode: {exc.msg if hasattr(exc, 'msg') else exc}")
+        message = exc.msg if hasattr(exc, "msg") else str(exc)
+        if not message.startswith("unknown encoding: ") or message.split(": ", 1)[1].strip() not in _TRANSFORM_CODECS:
+            return None, LintError(path, getattr(exc, "lineno", None) or 1, f"cannot decode: {message}")
+        encoding = "utf-8"  # a source-transforming codec over UTF-8 text, installed where the code runs
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:

@@ -166,3 +166,23 @@ def test_helpers_calling_helpers_many_times_stay_bounded() -> None:
               "        h0(model, x)", "        opt.step()"]
     result = check_source("\n".join(lines) + "\n", "fanout.py", enabled=lambda code: code.startswith("LC1"))
     assert result.errors == [] and result.findings == []
+
+
+def test_a_source_transforming_codec_is_read_as_utf8(tmp_path: Path) -> None:
+    from loopcheck.lint.engine import check_file
+
+    path = tmp_path / "train.py"
+    path.write_text(
+        "# -*- coding: future_fstrings -*-\n"
+        "import torch\n\n"
+        "def train(model, loader, optimizer):\n"
+        "    for x, y in loader:\n"
+        "        loss = model(x, y)\n"
+        "        loss.backward()\n"
+        "        optimizer.zero_grad()\n"
+        "        optimizer.step()\n",
+        encoding="utf-8",
+    )
+    result = check_file(path)
+    assert result.errors == []
+    assert [(f.line, f.code) for f in result.findings] == [(8, "LC102")]
