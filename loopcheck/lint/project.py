@@ -66,7 +66,8 @@ def _package_root(directory: Path) -> Path:
     return root
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """(size, modification time) of a file, None when it cannot be read: a cheap "changed?"."""
     try:
         st = path.stat()
     except OSError:
@@ -195,7 +196,7 @@ class Project:
 
     def _stamp(self, path: Path) -> tuple[int, int] | None:
         found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
-        return (-1, found[0]) if found is not None else _stamp(path)
+        return (-1, found[0]) if found is not None else file_stamp(path)
 
     def read(self, path: Path) -> bytes:
         """The bytes of `path` as this project sees them (an open buffer's, else the file's)."""

@@ -373,7 +373,7 @@ def build() -> LoopcheckServer:
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
         path = to_fs_path(uri) if uri.startswith("file:") else None
         if last is not None and path:
-            ls.worker.submit(checks.closed, Path(path), last.text)  # closed unsaved: the others see the disk again
+            ls.worker.submit(checks.closed, Path(path))  # the others see the file on disk again
             ls.schedule_all()
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)

@@ -66,7 +66,7 @@ def diagnose(path: Path | None, text: str, config: Config) -> Diagnosis:
     return Diagnosis([f for f in outcome.findings if f.path == own], outcome.errors)
 
 
-def closed(path: Path, text: str) -> None:
+def closed(path: Path) -> None:
     """A buffer of `path` was closed: the file on disk counts again for every other file."""
     from loopcheck.lint.engine import project_for
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from loopcheck.errors import ConfigError
 from loopcheck.lint.config import Config, Overrides, Resolver, parse_selectors
+from loopcheck.lint.project import file_stamp
 
 CONFIG_FILES = ("loopcheck.toml", "pyproject.toml")
 DEFAULT_DEBOUNCE_MS = 250
@@ -89,14 +90,6 @@ def _flag(raw: dict, key: str) -> bool:
     return value
 
 
-def _state(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size)
-
-
 class Configurations:
     """Each file's effective configuration, as `loopcheck lint` would use for it."""
 
@@ -117,7 +110,7 @@ class Configurations:
         """The configuration of a file (of the workspace root for a buffer that is no file).
         Raises ConfigError for a broken configuration file or setting."""
         folder = (path.parent if path is not None else self.root).resolve()
-        now = {candidate: _state(candidate) for candidate in self._watched(folder)}
+        now = {candidate: file_stamp(candidate) for candidate in self._watched(folder)}
         # a file the resolver may have read (or found absent) before is not as it was then
         if self._resolver is None or any(c in self._seen and self._seen[c] != s for c, s in now.items()):
             self._resolver = Resolver(

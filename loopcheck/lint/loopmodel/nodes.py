@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
-from loopcheck.lint.syntax import child_nodes
+from loopcheck.lint.syntax import child_nodes, walk_pruned
 from loopcheck.lint.values import dotted
 
 if TYPE_CHECKING:
@@ -173,25 +173,19 @@ def _is_ema_helper(fdef: cst.FunctionDef) -> bool:
     return bool(re.search(r"\.(lerp_|mul_|add_|copy_)\(|\blerp\(", code))
 
 
+_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)  # nested code runs elsewhere
+
+
 def _yielded_param(fdef: cst.FunctionDef) -> int | None:
     """The index of the parameter a generator hands on item by item (`yield from dl`, or
     `for b in dl: yield b`), else None."""
     names = [p.name.value for p in (*fdef.params.posonly_params, *fdef.params.params)]
-    for node in _walk_nodes(fdef.body):
+    for node in walk_pruned(fdef.body, _SCOPES):
         if type(node) is cst.Yield and type(node.value) is cst.From:
             inner = node.value.item
             if type(inner) is cst.Name and inner.value in names:
                 return names.index(inner.value)
         if type(node) is cst.For and type(node.iter) is cst.Name and node.iter.value in names:
-            if any(type(n) is cst.Yield for n in _walk_nodes(node.body)):
+            if any(type(n) is cst.Yield for n in walk_pruned(node.body, _SCOPES)):
                 return names.index(node.iter.value)
     return None
-
-
-def _walk_nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node under `root`, not entering nested functions or classes."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(c for c in child_nodes(node) if type(c) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda))
