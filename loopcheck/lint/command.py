@@ -349,20 +349,25 @@ class _Run:
         union: set[str] = set()
         for f in todo + here:
             union |= configs[f].enabled_codes
-        results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs))
+        promise = not (self.opts.fix or self.opts.diff)
+        results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise))
         for f in here:
             results.append((f, _check_one((str(f), EnabledCodes(union), data[f], self.opts.stdin_filename is not None))))
         for f, result in results:
             outcome = self.postprocess(f, configs[f], result, data[f])
-            if not (self.opts.fix or self.opts.diff):
-                outcome = self.promise_only_applied(f, configs[f], outcome, data[f])
+            if promise:
+                # worked out with the run's codes: good for a file whose configuration enables them all
+                applied = getattr(result, "fixes_applied", None) if configs[f].enabled_codes == union else None
+                outcome = self.promise_only_applied(f, configs[f], outcome, data[f], applied)
             outcomes[f] = outcome
             if cache is not None and f not in here and not is_notebook(f):
                 cache.put(f, data[f], self.cache_key(configs[f]), outcome.findings, outcome.errors)
         return outcomes
 
-    def promise_only_applied(self, f: Path, config: Config, outcome: FileOutcome, data: bytes) -> FileOutcome:
-        """Drop the fixes `--fix` would not apply (they are tried, as a fix run would)."""
+    def promise_only_applied(self, f: Path, config: Config, outcome: FileOutcome, data: bytes,
+                             applied: dict | None = None) -> FileOutcome:
+        """Drop the fixes `--fix` would not apply (they are tried, as a fix run would, unless
+        the worker that analysed the file already did: `applied`)."""
         from loopcheck.lint.output.report import fix_kind
 
         if outcome.errors or not any(fix_kind(x) for x in outcome.findings):
@@ -375,7 +380,10 @@ class _Run:
             return outcome
         mine = [x for x in outcome.findings if self.key(Path(x.path or f)) == self.key(f)]
         others = [x for x in outcome.findings if self.key(Path(x.path or f)) != self.key(f)]
-        kept = keep_applied(mine, text, str(f), enabled_for(config, f))
+        enabled = enabled_for(config, f)
+        if applied is not None and enabled.codes != frozenset(config.enabled_codes):
+            applied = None  # per-file ignores: the run's codes are not this file's
+        kept = keep_applied(mine, text, str(f), enabled, applied)
         return FileOutcome(kept + others, outcome.errors)
 
     def cache_key(self, config: Config) -> str:
@@ -624,13 +632,14 @@ def _check_one(args: tuple) -> Any:
     return check_file(path, enabled=enabled, project=project_for(path))
 
 
-def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None) -> Iterable[tuple[Path, Any]]:
+def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None,
+                 promise_fixes: bool = False) -> Iterable[tuple[Path, Any]]:
     """Engine results of each file: the Python files in one run of the engine (each analysed
     once, in parallel processes when there are enough), notebooks one by one."""
     from loopcheck.lint.engine import check_files
     from loopcheck.lint.notebook import is_notebook
 
     scripts = [f for f in files if not is_notebook(str(f))]
-    results = dict(zip(scripts, check_files(scripts, enabled=enabled, jobs=jobs)))
+    results = dict(zip(scripts, check_files(scripts, enabled=enabled, jobs=jobs, promise_fixes=promise_fixes)))
     for f in files:
         yield f, results[f] if f in results else _check_one((str(f), enabled))

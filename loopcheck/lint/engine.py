@@ -70,6 +70,9 @@ class FileResult:
     errors: list[LintError] = field(default_factory=list)
     suppressions_used: list[Any] = field(default_factory=list)
     skipped: bool = False  # nothing a rule could find: not parsed
+    # what `--fix` would fix in this file, per kind of fix, worked out where it was analysed
+    # (`check_files(promise_fixes=True)`; see `fixes.files.keep_applied`)
+    fixes_applied: dict[str, list[tuple[str, int, int]]] | None = None
 
 
 @dataclass
@@ -182,19 +185,22 @@ def check_source(
     enabled: Callable[[str], bool] = _everything,
     project: Any = None,
     on_disk: bool = False,
+    parsed: Any = None,
 ) -> FileResult:
     """Lint one file's contents; `path` is used for reporting and to resolve local imports.
 
     `on_disk`: the contents are the file as the project reads it (on disk, or an editor buffer
     the project overlays; `check_file`). Only then does the run's project keep its parse and
     findings, and do the files importing it add the findings their models make in it; an edited
-    text in memory (a fix attempt) stands alone."""
+    text in memory (a fix attempt) stands alone. `parsed`: the text's libcst module when the
+    caller has parsed it already."""
     result = FileResult(path)
     text = _text_to_check(source, path, project, result)
     if text is None:
         return result
     with _deep_recursion():
-        return _check_parsed(text, path, enabled, project if on_disk or project is None else _Transient(project), result)
+        seen = project if on_disk or project is None else _Transient(project, text)
+        return _check_parsed(text, path, enabled, seen, result, parsed)
 
 
 def _text_to_check(source: str | bytes, path: str, project: Any, result: FileResult) -> str | None:
@@ -234,25 +240,34 @@ def _deep_recursion() -> Iterator[None]:
 
 
 class _Transient:
-    """A project seen through a text that is not the file on disk: it resolves and loads the
-    other modules, but neither keeps this text's parse or findings nor adds dependents'."""
+    """A project seen through a text that may not be the file on disk (a fix attempt): it
+    resolves and loads the other modules, but neither keeps this text's parse or findings nor
+    adds dependents'. While the text is the file's, the analysis the project kept is reused
+    (a fix run lints the unchanged file first)."""
 
-    def __init__(self, project: Any) -> None:
+    def __init__(self, project: Any, text: str) -> None:
         self._project = project
+        self._text = text
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("remember", "keep_findings", "dependents", "parsed_as", "parses"):
+        if name in ("remember", "keep_findings", "dependents", "parses"):
             raise AttributeError(name)
         return getattr(self._project, name)
 
+    def findings_of(self, path: str, codes: tuple[str, ...]) -> tuple[list, list] | None:
+        if not hasattr(self._project, "parsed_as") or self._project.parsed_as(path, self._text) is None:
+            return None
+        return self._project.findings_of(path, codes)
 
-def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project: Any, result: FileResult) -> FileResult:
-    kept = project.findings_of(path, _codes_key(enabled)) if hasattr(project, "keep_findings") else None
+
+def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project: Any, result: FileResult,
+                  parsed: Any = None) -> FileResult:
+    kept = project.findings_of(path, _codes_key(enabled)) if hasattr(project, "findings_of") else None
     if kept is not None:  # analysed earlier in this run, for a module it imports
         findings, lines = kept[0], text.splitlines()
         result.errors.extend(kept[1])
     else:
-        analysed = _analyse(text, path, enabled, project, result.errors)
+        analysed = _analyse(text, path, enabled, project, result.errors, parsed)
         if analysed is None:
             return result
         findings, lines = analysed
@@ -265,7 +280,7 @@ def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project:
 
 
 def _analyse(
-    text: str, path: str, enabled: Callable[[str], bool], project: Any, errors: list[LintError]
+    text: str, path: str, enabled: Callable[[str], bool], project: Any, errors: list[LintError], parsed: Any = None,
 ) -> tuple[list[Finding], list[str]] | None:
     """Every finding the rules make from this file's model (unsuppressed; some may point into
     project files the model followed), and the file's lines; None when it cannot be analysed
@@ -276,7 +291,9 @@ def _analyse(
     from loopcheck.lint.context import FileContext
     from loopcheck.lint.rules.base import all_rules, required_pattern
 
-    module = project.parsed_as(path, text) if hasattr(project, "parsed_as") else None
+    module = parsed
+    if module is None and hasattr(project, "parsed_as"):
+        module = project.parsed_as(path, text)
     try:
         if module is None:
             module = cst.parse_module(text)
@@ -480,15 +497,31 @@ _PARALLEL_MIN_FILES = 8
 
 
 def _worker_setup() -> None:
-    # A worker builds and drops one syntax tree after another. The trees hold no reference
+    # A worker builds syntax trees and keeps them for the run. The trees hold no reference
     # cycles (reference counting frees them), but their many objects trigger the cyclic
-    # collector over and over, each time walking the live tree. The collector counts objects
-    # alive, not allocated: with a million, it runs when one is really needed (the analysis
-    # leaves a few hundred objects in cycles per file). Only the pool's own processes are
-    # tuned, never the caller's.
+    # collector over and over, each time walking every tree still alive: a third of a large
+    # project's analysis. With a threshold of a million objects it runs when one is really
+    # needed (the analysis leaves a few hundred objects in cycles per file).
     import gc
 
-    gc.set_threshold(1_000_000, 50, 50)
+    gc.set_threshold(*_RELAXED)
+
+
+_RELAXED = (1_000_000, 50, 50)
+
+
+@contextmanager
+def _collector_relaxed() -> Iterator[None]:
+    """The pool workers' collector thresholds, for an analysis run in the caller's process;
+    the caller's own thresholds come back afterwards."""
+    import gc
+
+    old = gc.get_threshold()
+    gc.set_threshold(*_RELAXED)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def _import_analysis() -> None:
@@ -499,7 +532,8 @@ def _import_analysis() -> None:
 
 
 def check_files(
-    files: Sequence[str | Path], *, enabled: Callable[[str], bool] = _everything, jobs: int | None = None
+    files: Sequence[str | Path], *, enabled: Callable[[str], bool] = _everything, jobs: int | None = None,
+    promise_fixes: bool = False,
 ) -> list[FileResult]:
     """Results of each file, in the files' order whatever the parallelism.
 
@@ -507,10 +541,15 @@ def check_files(
     one of them (its model may report into it). Then every finding goes to the file it is
     located in, and that file's suppression comments apply. Files go to the workers in small
     chunks in the order given (folder order after `discover`), so the files of one package land
-    in the same worker and share its project: a module they import is parsed once per worker."""
+    in the same worker and share its project: a module they import is parsed once per worker.
+
+    `promise_fixes`: also work out, in the same worker, what `--fix` would fix in each file
+    whose own findings carry fixes (`FileResult.fixes_applied`): the fix runs re-lint the file,
+    which is cheap where its project is already parsed."""
     _PROJECTS.clear()  # a new run: nothing kept from an earlier one (pool workers start from here)
     names = [str(f) for f in files]
-    tasks = [(n, enabled) for n in names + _unlinted_dependents(names)]
+    tasks = [(n, enabled, promise_fixes) for n in names]
+    tasks += [(n, enabled, False) for n in _unlinted_dependents(names)]
     workers = min(jobs or os.cpu_count() or 1, len(tasks))
     if workers > 1 and len(tasks) >= _PARALLEL_MIN_FILES and _picklable(enabled):
         from concurrent.futures import ProcessPoolExecutor
@@ -520,14 +559,16 @@ def check_files(
         with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
             analyses = list(pool.map(_analyse_one, tasks, chunksize=chunk))
     else:
-        analyses = [_analyse_one(task) for task in tasks]
+        with _collector_relaxed():
+            analyses = [_analyse_one(task) for task in tasks]
     located: dict[str, list[Finding]] = {}
     for analysis in analyses:
         for f in analysis.findings:
             located.setdefault(os.path.realpath(f.path or analysis.path), []).append(f)
     results = []
     for name, analysis in zip(names, analyses):
-        result = FileResult(name, errors=analysis.errors, skipped=analysis.skipped)
+        result = FileResult(name, errors=analysis.errors, skipped=analysis.skipped,
+                            fixes_applied=analysis.fixes_applied)
         found = [f.with_(path=name) for f in located.get(os.path.realpath(name), ())]
         if found:
             result.findings, result.suppressions_used = _suppress(_dedupe(found), name, _text_lines(name), None)
@@ -536,9 +577,22 @@ def check_files(
     return results
 
 
-def _analyse_one(args: tuple[str, Callable[[str], bool]]) -> FileResult:
-    path, enabled = args
-    return _analysed(path, enabled, project_for(path))
+def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:
+    path, enabled, promise_fixes = args
+    project = project_for(path)
+    result = _analysed(path, enabled, project)
+    if promise_fixes and result.findings:
+        from loopcheck.lint.fixes.files import SourceText, fixes_applied
+        from loopcheck.lint.output.report import fix_kind
+
+        kinds = {fix_kind(f) for f in _scoped(result.findings, path)} - {None}
+        if kinds:
+            try:
+                text = SourceText.decode(Path(path).read_bytes()).text
+            except (OSError, ValueError):
+                return result  # the command works it out from the bytes it holds
+            result.fixes_applied = fixes_applied(kinds, text, path, enabled)
+    return result
 
 
 def _unlinted_dependents(names: list[str]) -> list[str]:

@@ -35,28 +35,38 @@ class FixResult:
 Linter = Callable[[str, str], Sequence[Finding]]
 
 
-def _default_linter(source: str, path: str) -> list[Finding]:
+def default_linter(source: str, path: str) -> list[Finding]:
     """The engine's findings for this source; local imports are followed as `loopcheck lint`
     follows them, so findings that span files are seen here too."""
     from loopcheck.lint.engine import check_source, project_for
 
-    return list(check_source(source, path, project=project_for(path)).findings)
+    parsed = _LAST_PARSE[1] if _LAST_PARSE and _LAST_PARSE[0] is source else None
+    _LAST_PARSE.clear()
+    return list(check_source(source, path, project=project_for(path), parsed=parsed).findings)
+
+
+default_linter.attaches_fixes = True  # type: ignore[attr-defined]  (the engine attaches every fix it can describe)
+
+# The fixed text `_parses` has just parsed, and its module: the lint that follows reuses it.
+_LAST_PARSE: list = []
 
 
 def _parses(source: str) -> bool:
     try:
-        cst.parse_module(source)
+        module = cst.parse_module(source)
     except (cst.ParserSyntaxError, RecursionError, ValueError):
         return False
+    _LAST_PARSE[:] = [source, module]
     return True
 
 
 class _Fixes:
     """The fixes of one version of the source: the engine's when the findings carry them,
-    else described here (one parse and one loop model for all findings)."""
+    else described here (one parse and one loop model for all findings). `attached`: the
+    findings come from a linter that already described every fix it could (the engine's)."""
 
-    def __init__(self, source: str, path: str) -> None:
-        self.source, self.path = source, path
+    def __init__(self, source: str, path: str, attached: bool) -> None:
+        self.source, self.path, self.attached = source, path, attached
         self._ctx: "FileContext | None" = None
 
     def of(self, finding: Finding) -> dict | None:
@@ -64,6 +74,8 @@ class _Fixes:
             if module_methods(self.source).touches(finding.fix.get("edits") or ()):
                 return None
             return finding.fix
+        if self.attached:
+            return None
         if self._ctx is None:
             from loopcheck.lint.context import FileContext
 
@@ -124,14 +136,14 @@ def fix_source(
     that breaks parsing or adds a finding is rejected, with the reason in `rejected`.
     `linter(source, path)` defaults to the engine; `remaining` holds the enabled findings of the
     final source."""
-    lint = linter or _default_linter
+    lint = linter or default_linter
     allowed = {"safe", "unsafe"} if unsafe else {"safe"}
     findings = list(lint(source, path))
     fixed: list[Finding] = []
     refused: dict[tuple, tuple[Finding, str]] = {}
     for _ in range(MAX_PASSES):
         candidates = []
-        fixes = _Fixes(source, path)
+        fixes = _Fixes(source, path, getattr(lint, "attaches_fixes", False))
         for f in findings:
             if not enabled(f.code) or applicability(f.code) not in allowed:
                 continue

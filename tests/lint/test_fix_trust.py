@@ -56,7 +56,7 @@ def test_a_refused_fix_says_why_and_its_attempt_leaves_no_finding():
 def test_an_attempted_version_is_not_remembered_for_other_files(tmp_path: Path):
     engine = tmp_path / "engine.py"
     engine.write_text(OLD, encoding="utf-8")
-    fixes_mod._default_linter(OLD.replace("cuda.amp", "amp"), str(engine))
+    fixes_mod.default_linter(OLD.replace("cuda.amp", "amp"), str(engine))
     assert parse_path(engine).source == OLD
 
 
@@ -128,8 +128,43 @@ def test_fixable_means_applied(monkeypatch):
             return [refused]
         return [Finding("LC102", "x", Severity.ERROR, "new", path=path, line=1, column=1)]
 
-    monkeypatch.setattr(fixes_mod, "_default_linter", linter)
+    monkeypatch.setattr(fixes_mod, "default_linter", linter)
     assert keep_applied([refused], OLD, "t.py", lambda code: True)[0].fix is None
 
-    monkeypatch.setattr(fixes_mod, "_default_linter", lambda text, path: [good] if text == OLD else [])
+    monkeypatch.setattr(fixes_mod, "default_linter", lambda text, path: [good] if text == OLD else [])
     assert keep_applied([good], OLD, "t.py", lambda code: True)[0].fix == good.fix
+
+
+FIXABLE = """\
+import torch
+from torch import nn
+
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+state = torch.load("ckpt.pt")
+"""
+
+
+def test_the_workers_fix_runs_are_what_the_command_would_run(tmp_path: Path):
+    """`check_files(promise_fixes=True)` works out in the analysing process what `--fix` fixes;
+    it is the same as the fix runs done afterwards from the file's text, in one process or many."""
+    from loopcheck.lint.engine import check_files
+    from loopcheck.lint.fixes.files import fixes_applied
+    from loopcheck.lint.output.report import fix_kind
+
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    files = []
+    for i in range(8):
+        f = tmp_path / f"train_{i}.py"
+        f.write_text(FIXABLE, encoding="utf-8")
+        files.append(f)
+    for jobs in (1, 2):
+        results = check_files(files, jobs=jobs, promise_fixes=True)
+        for f, result in zip(files, results):
+            kinds = {fix_kind(x) for x in result.findings} - {None}
+            assert kinds, "the script has fixable findings"
+            assert result.fixes_applied is not None
+            assert result.fixes_applied == fixes_applied(kinds, FIXABLE, str(f), lambda code: True)
+            assert any(result.fixes_applied.values())
+    assert all(r.fixes_applied is None for r in check_files(files, jobs=1))

@@ -54,30 +54,53 @@ class SourceText:
         return (codecs.BOM_UTF8 + data) if self.bom else data
 
 
-def keep_applied(findings: list[Finding], text: str, path: str, enabled: Callable[[str], bool]) -> list[Finding]:
+Applied = dict[str, list[tuple[str, int, int]]]  # fix kind -> (code, line, column) of each finding fixed
+
+
+def fixes_applied(kinds: Iterable[str], text: str, path: str, enabled: Callable[[str], bool]) -> Applied:
+    """What a fix run (`--fix`, and `--fix --unsafe-fixes` for "unsafe") would fix in `text`,
+    per kind of fix. The unchanged text is linted once for both kinds."""
+    from loopcheck.lint.fixing import default_linter, fix_source
+
+    seen: dict[str, list[Finding]] = {}
+
+    def lint(source: str, where: str) -> list[Finding]:
+        if source not in seen:
+            seen.clear()  # only the unchanged text is linted twice
+            seen[source] = list(default_linter(source, where))
+        return seen[source]
+
+    lint.attaches_fixes = True  # type: ignore[attr-defined]
+    applied: Applied = {}
+    for kind in sorted(set(kinds)):
+        try:
+            done = fix_source(text, path, unsafe=kind == "unsafe", enabled=enabled, linter=lint).fixed
+        except Exception:  # noqa: BLE001  (a fixer failure means: nothing is promised)
+            done = []
+        applied[kind] = [(f.code, f.line or 0, f.column or 0) for f in done]
+    return applied
+
+
+def keep_applied(findings: list[Finding], text: str, path: str, enabled: Callable[[str], bool],
+                 applied: Applied | None = None) -> list[Finding]:
     """The findings, with the `fix` of each one `--fix` (or `--fix --unsafe-fixes`) would not
     apply removed: fixes that overlap and fail, that would break parsing or add findings. So
-    "fixable" counts and `[*]` marks promise only what a fix run delivers."""
-    from loopcheck.lint.fixing import fix_source
-
+    "fixable" counts and `[*]` marks promise only what a fix run delivers. `applied`: the fix
+    runs' results when already known (`fixes_applied`, computed where the file was analysed)."""
     kinds = {fix_kind(f) for f in findings} - {None}
     if not kinds:
         return findings
-    applied: dict[str, list[Finding]] = {}
-    for kind in sorted(kinds):
-        try:
-            applied[kind] = fix_source(text, path, unsafe=kind == "unsafe", enabled=enabled).fixed
-        except Exception:  # noqa: BLE001  (a fixer failure means: nothing is promised)
-            applied[kind] = []
+    if applied is None or not kinds <= applied.keys():
+        applied = fixes_applied(kinds, text, path, enabled)
     keep = [False] * len(findings)
-    for kind, done in applied.items():
-        exact = Counter((f.code, f.line, f.column) for f in done)
-        by_code = Counter(f.code for f in done)
+    for kind in kinds:
+        exact = Counter(applied[kind])
+        by_code = Counter(code for code, _, _ in applied[kind])
         mine = [i for i, f in enumerate(findings) if fix_kind(f) == kind]
         for i in mine:  # first the findings fixed where they are, then the ones fixed in later passes
             f = findings[i]
-            if exact[(f.code, f.line, f.column)] > 0:
-                exact[(f.code, f.line, f.column)] -= 1
+            if exact[(f.code, f.line or 0, f.column or 0)] > 0:
+                exact[(f.code, f.line or 0, f.column or 0)] -= 1
                 by_code[f.code] -= 1
                 keep[i] = True
         for i in mine:
