@@ -200,3 +200,55 @@ def test_a_helper_returning_one_of_several_constructors_binds_no_class() -> None
     binding = model_of(source).bindings.get("self.scheduler")
     assert binding is None or binding.cls is None
     assert found(source, "LC204") == set()
+
+
+def test_a_scheduler_built_in_one_of_two_branches_keeps_both_classes() -> None:
+    """Reaching definitions: each branch of the `if` may build it, so the model knows both
+    classes; the cadence is the one they share, unknown when they differ."""
+    model = model_of("""
+        import torch
+
+        def fit(model, loader, args):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            if args.schedule == "onecycle":
+                sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=1000)
+            else:
+                sched = torch.optim.lr_scheduler.StepLR(opt, step_size=30)
+            if args.warm:
+                warm = torch.optim.lr_scheduler.MultiStepLR(opt, [30, 60])
+            else:
+                warm = torch.optim.lr_scheduler.StepLR(opt, step_size=30)
+            later = torch.optim.lr_scheduler.StepLR(opt, step_size=30)
+            later = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=1000)
+            for x, y in loader:
+                model(x).sum().backward()
+                opt.step()
+                sched.step()
+    """)
+    sched, warm, later = (model.bindings[n] for n in ("sched", "warm", "later"))
+    assert sched.detail["alternatives"] == ("OneCycleLR", "StepLR") and sched.cls is None
+    assert sched.cadence.value == "unknown"
+    assert warm.detail["alternatives"] == ("MultiStepLR", "StepLR") and warm.cadence.value == "per_epoch"
+    assert later.cls == "OneCycleLR" and "alternatives" not in later.detail  # one after the other: the last one
+
+
+def test_a_per_batch_step_of_a_scheduler_chosen_by_the_run_is_not_reported() -> None:
+    source = """
+        import torch
+
+        def fit(model, loader, args):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            if args.schedule == "onecycle":
+                sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=1000)
+            else:
+                sched = torch.optim.lr_scheduler.StepLR(opt, step_size=30)
+            for epoch in range(10):
+                for x, y in loader:
+                    opt.zero_grad()
+                    model(x).sum().backward()
+                    opt.step()
+                    sched.step()
+    """
+    assert found(textwrap.dedent(source), "LC2") == set()
+    both_per_epoch = source.replace("OneCycleLR(opt, max_lr=1.0, total_steps=1000)", "MultiStepLR(opt, [30, 60])")
+    assert {code for _, code in found(textwrap.dedent(both_per_epoch), "LC2")} == {"LC203"}

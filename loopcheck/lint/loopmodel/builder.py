@@ -39,6 +39,7 @@ class _Builder(
         self.loop_stack: list[Loop] = []
         self.blocks: list[list] = [[]]
         self.guards: list[Guard] = []
+        self.bound_under: dict[str, tuple[Guard, ...]] = {}  # name -> the guards its constructor ran under
         self.transparent = 0
         self.param_filters = 0  # `if` tests met inside a loop over parameters: resets there touch a subset
         self.usage: dict[str, set[str]] = {}

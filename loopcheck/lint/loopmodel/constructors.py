@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from loopcheck.lint.syntax import child_nodes
-from loopcheck.lint.loopmodel.facts import Role
+from loopcheck.lint.loopmodel.facts import Role, SchedulerCadence
 from loopcheck.lint.loopmodel.frames import _Frame
 from loopcheck.lint.loopmodel.nodes import _dotted, _is_none, _kw, _positional, _split_of
 from loopcheck.lint.loopmodel.torch_api import (
@@ -107,7 +107,12 @@ class BuilderConstructors:
             detail["dataset"] = unit.text(dataset) if dataset is not None else None
         b = self.bind(name, role, frame, evidence="constructor", node=call, cls=cls, qualified=qual, call=call, **detail)
         if role is Role.SCHEDULER:
-            b.cadence = scheduler_cadence(cls, qual, self._args_text(call, frame), self._lambda_text(call, frame))
+            cadence = scheduler_cadence(cls, qual, self._args_text(call, frame), self._lambda_text(call, frame))
+            if "alternatives" in b.detail:  # built in one of several branches: a cadence they all share
+                cadences = tuple(dict.fromkeys(b.detail["_cadences"] + (cadence,)))
+                b.detail["_cadences"] = cadences
+                cadence = cadence if len(cadences) == 1 else SchedulerCadence.UNKNOWN
+            b.cadence = cadence
         return True
 
     def _params_of(self, call: cst.Call, frame: _Frame) -> set[str]:

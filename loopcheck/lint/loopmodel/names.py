@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopcheck.lint.loopmodel.facts import Binding, Event, EventKind, Role
+from loopcheck.lint.loopmodel.facts import Binding, Event, EventKind, Guard, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import _divides, _dotted, _is_none, _kw, _positional
 from loopcheck.lint.loopmodel.torch_api import WRAPPERS, _BUILTINS, _MOVE_METHODS, _NAME_ROLES, _TENSOR_METHODS
@@ -160,9 +160,29 @@ class BuilderNames:
         rank = {"constructor": 0, "usage": 1, "name": 2}
         if old is not None and rank.get(old.evidence, 3) < rank.get(evidence, 3):
             return old
+        guards = tuple(self.guards)
+        if (old is not None and evidence == "constructor" and old.evidence == "constructor" and old.role is role
+                and (old.cls != cls or "alternatives" in old.detail) and _exclusive(self.bound_under.get(name, ()), guards)):
+            # `if cfg.sched == "onecycle": sched = OneCycleLR(...) else: sched = StepLR(...)`: one
+            # of the branches builds it, which one depends on the run; both classes are kept
+            alternatives = tuple(dict.fromkeys(old.detail.get("alternatives", (old.cls,)) + (cls,)))
+            b = Binding(name=name, role=role, evidence=evidence, path=frame.unit.path,
+                        detail={**detail, "alternatives": alternatives, "_cadences": old.detail.get("_cadences", (old.cadence,))})
+            if node is not None:
+                b.node, b.module = node, frame.unit.module
+            self.bindings[name] = b
+            self.bound_under[name] = tuple(g for g in guards if g in self.bound_under.get(name, ()))
+            return b
         b = Binding(name=name, role=role, cls=cls, qualified=qualified, call=call, evidence=evidence,
                     path=frame.unit.path, detail=dict(detail))
         if node is not None:
             b.node, b.module = node, frame.unit.module
         self.bindings[name] = b
+        self.bound_under[name] = guards
         return b
+
+
+def _exclusive(first: tuple[Guard, ...], second: tuple[Guard, ...]) -> bool:
+    """Whether code under `first` and code under `second` never both run: one sits in the branch
+    of a test, the other in the opposite branch of the same test."""
+    return any(a.text == b.text and a.negated != b.negated for a in first for b in second)
