@@ -86,7 +86,7 @@ def build_single(root: Path, lines: int) -> list[Path]:
 def _parse(path: str) -> int:
     try:
         module = cst.parse_module(Path(path).read_bytes())
-    except (cst.ParserSyntaxError, RecursionError, ValueError):
+    except (cst.ParserSyntaxError, SyntaxError, RecursionError, ValueError):
         return 0  # the standard library's Python 2 and broken test inputs: the lint reports them
     return len(module.body)
 

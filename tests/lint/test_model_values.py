@@ -9,7 +9,7 @@ import libcst as cst
 
 from loopcheck.lint.loopmodel import EventKind, ModuleModel, Role, build_model
 
-from ._support import found
+from ._support import expected, found
 
 
 def model_of(source: str) -> ModuleModel:
@@ -252,3 +252,98 @@ def test_a_per_batch_step_of_a_scheduler_chosen_by_the_run_is_not_reported() -> 
     assert found(textwrap.dedent(source), "LC2") == set()
     both_per_epoch = source.replace("OneCycleLR(opt, max_lr=1.0, total_steps=1000)", "MultiStepLR(opt, [30, 60])")
     assert {code for _, code in found(textwrap.dedent(both_per_epoch), "LC2")} == {"LC203"}
+
+
+CALLABLE_VALUES = """
+    import functools
+    import threading
+
+    import torch
+    import torch.multiprocessing as mp
+
+
+    def worker(rank, net, data, opt, sched):
+        for epoch in range(10):
+            for x in data:
+                opt.zero_grad()
+                net(x).sum().backward()
+                opt.step()
+            sched.step()  # expect: LC202
+
+
+    def one_step(x, model, optimizer):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+
+    def epoch_of(model, loader, optimizer):
+        for x in loader:
+            one_step(x, model, optimizer)
+
+
+    def setup():
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1.0, total_steps=1000)
+        return model, optimizer, scheduler
+
+
+    def {entry}():
+        model, optimizer, scheduler = setup()
+        loader = torch.utils.data.DataLoader(range(10), shuffle=True)
+        {body}
+
+
+    if __name__ == "__main__":
+        {entry}()
+"""
+
+
+def callable_values(entry: str, body: str) -> str:
+    return textwrap.dedent(CALLABLE_VALUES).format(entry=entry, body=textwrap.indent(textwrap.dedent(body), "    ").strip())
+
+
+def test_a_spawned_or_threaded_function_runs_with_the_callers_objects() -> None:
+    """`mp.spawn(worker, args=...)`, `Process(target=..., args=...)`, `Thread(target=...,
+    kwargs=...)`: the scheduler built by the caller is a OneCycleLR in the worker."""
+    spawned = callable_values("main", "mp.spawn(worker, args=(model, loader, optimizer, scheduler), nprocs=2)")
+    assert found(spawned, "LC202") == expected(spawned)
+    process = callable_values("main", """\
+        p = mp.Process(target=worker, args=(0, model, loader, optimizer, scheduler))
+        p.start()
+        p.join()""")
+    assert found(process, "LC202") == expected(process)
+    thread = callable_values("main", """\
+        t = threading.Thread(target=worker, kwargs=dict(rank=0, net=model, data=loader, opt=optimizer, sched=scheduler))
+        t.start()""")
+    assert found(thread, "LC202") == expected(thread)
+    unknown_args = callable_values("main", "mp.spawn(worker, args=config_args, nprocs=2)")
+    assert found(unknown_args, "LC202") == set()  # which objects it gets is not known: silent
+
+
+def test_a_partial_or_a_lambda_runs_what_it_wraps() -> None:
+    partial = callable_values("main", """\
+        step = functools.partial(one_step, model=model, optimizer=optimizer)
+        for epoch in range(10):
+            for x in loader:
+                step(x)
+            scheduler.step()""")
+    lines = partial.splitlines()
+    at = next(i for i, line in enumerate(lines, 1) if line.strip() == "scheduler.step()" and "expect" not in line)
+    assert found(partial, "LC202") == {(at, "LC202")}
+    lam = callable_values("main", """\
+        run = lambda: epoch_of(model, loader, optimizer)
+        for epoch in range(10):
+            run()
+            scheduler.step()""")
+    lines = lam.splitlines()
+    at = next(i for i, line in enumerate(lines, 1) if line.strip() == "scheduler.step()" and "expect" not in line)
+    assert found(lam, "LC202") == {(at, "LC202")}
+    per_step = callable_values("main", """\
+        step = functools.partial(one_step, model=model, optimizer=optimizer)
+        for epoch in range(10):
+            for x in loader:
+                step(x)
+                scheduler.step()""")
+    assert found(per_step, "LC202") == set()

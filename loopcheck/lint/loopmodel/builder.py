@@ -52,6 +52,8 @@ class _Builder(
         self.assigned: dict[str, tuple[_Unit, cst.BaseExpression]] = {}
         self.iter_of: dict[str, str] = {}
         self.instances: dict[str, _Class] = {}
+        # name -> what calling it runs: `functools.partial(f, ...)` or a lambda (see inlining)
+        self.deferred: dict[str, cst.Call | cst.Lambda] = {}
         self.binding_scope: dict[str, str] = {}
         self.pending: list[Event] = []
         self.dropped: set[int] = set()

@@ -70,7 +70,7 @@ class BuilderCalls:
 
     def on_call(self, call: cst.Call, frame: _Frame) -> None:
         func = call.func
-        if self._try_inline(call, frame):
+        if self._try_inline(call, frame) or self._try_callable_argument(call, frame):
             return
         unit = frame.unit
         if type(func) is cst.Attribute:

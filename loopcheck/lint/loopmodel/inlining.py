@@ -25,12 +25,18 @@ class BuilderInlining:
     """The builder's part for following calls."""
 
 
-    def _try_inline(self, call: cst.Call, frame: _Frame) -> bool:
-        """Follow a call into a function or method of this file / this project. True when followed."""
+    def _try_inline(self, call: cst.Call, frame: _Frame, site: cst.Call | None = None) -> bool:
+        """Follow a call into a function or method of this file / this project. True when followed.
+        `site`: the call written in the source when `call` is one made up from it (the target of
+        `Process(target=f, args=...)`, a `partial`'s function with its arguments)."""
         func = call.func
         unit = frame.unit
         target: tuple[cst.FunctionDef, _Unit, _Class | None] | None = None
         bound_self = False
+        if type(func) in (cst.Name, cst.Attribute) and site is None:
+            deferred = self.deferred.get(self.canon(func, frame) or "")
+            if deferred is not None:
+                return self._run_deferred(deferred, call, frame)
         if type(func) is cst.Name:
             name = func.value
             if name in frame.local_funcs:
@@ -88,8 +94,54 @@ class BuilderInlining:
         if _is_ema_helper(fdef):
             self._ema_helper_event(call, fdef, frame)
             return True
-        self.inline(call, fdef, callee_unit, cls, frame, bound_self)
+        self.inline(call, fdef, callee_unit, cls, frame, bound_self, site)
         return True
+
+    # ---- callables passed as values -----------------------------------------------------------
+
+    def _try_callable_argument(self, call: cst.Call, frame: _Frame) -> bool:
+        """`Process(target=train, args=(model, loader))`, `Thread(target=...)`, `mp.spawn(train,
+        args=(...))`: the function runs with those arguments, so it is followed from here with the
+        caller's facts (a spawned function receives the process index first). True when followed."""
+        qual = frame.unit.qualify(call.func) or _dotted(call.func) or ""
+        last = qual.rsplit(".", 1)[-1]
+        leading: list[cst.Arg] = []
+        if last in ("Process", "Thread") and ("multiprocessing" in qual or "threading" in qual or qual.count(".") >= 1 or last == "Thread"):
+            fn, packed, named = _kw_of(call, "target"), _kw_of(call, "args"), _kw_of(call, "kwargs")
+        elif last in ("spawn", "start_processes") and ("multiprocessing" in qual or qual.split(".")[0] in ("mp", "xmp", "torch")):
+            fn = _kw_of(call, "fn") or (call.args[0].value if call.args and call.args[0].keyword is None else None)
+            packed, named = _kw_of(call, "args"), None
+            leading = [cst.Arg(cst.Name("rank"))]  # the process index; not an object of the caller
+        else:
+            return False
+        if fn is None:
+            return False
+        args = leading + _unpacked(packed) + _keywords(named)
+        if packed is not None and type(packed) not in (cst.Tuple, cst.List):
+            args = leading  # `args=config.args`: what they are is not known here
+        return self._try_inline(cst.Call(func=fn, args=args), frame, site=call)
+
+    def _remember_deferred(self, name: str, value: cst.BaseExpression, frame: _Frame) -> None:
+        """`step = functools.partial(train_step, model=model)` or `run = lambda: train(...)`:
+        calling `name` later runs that."""
+        if type(value) is cst.Lambda:
+            self.deferred[name] = value
+        elif type(value) is cst.Call and (frame.unit.qualify(value.func) or "").rsplit(".", 1)[-1] == "partial" and value.args:
+            self.deferred[name] = value
+        else:
+            self.deferred.pop(name, None)
+
+    def _run_deferred(self, deferred: cst.Call | cst.Lambda, call: cst.Call, frame: _Frame) -> bool:
+        if type(deferred) is cst.Lambda:
+            params = deferred.params
+            if params.params or params.posonly_params or params.kwonly_params or type(params.star_arg) is cst.Param or params.star_kwarg:
+                return False  # its parameters would need binding: left as an opaque call
+            self.walk_expr(deferred.body, frame)
+            return True
+        fn, *bound = deferred.args
+        positional = [a for a in bound if a.keyword is None] + [a for a in call.args if a.keyword is None]
+        keywords = [a for a in bound if a.keyword is not None] + [a for a in call.args if a.keyword is not None]
+        return self._try_inline(cst.Call(func=fn.value, args=positional + keywords), frame, site=call)
 
     def _construct(self, call: cst.Call, cls: _Class, frame: _Frame) -> bool:
         """`Trainer(...)` of a project class: run its __init__ (models and EMAs are not followed)."""
@@ -110,7 +162,7 @@ class BuilderInlining:
         self.event(EventKind.EMA_UPDATE, target, call, frame, model=model, helper=fdef.name.value)
 
     def inline(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, frame: _Frame,
-               bound_self: bool) -> None:
+               bound_self: bool, site_call: cst.Call | None = None) -> None:
         key = id(fdef)
         self.covered.add(key)
         if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack) or self.inlined >= _MAX_INLINED:
@@ -156,7 +208,7 @@ class BuilderInlining:
             if type(p) is cst.Param:
                 env[p.name.value] = p.name.value
         qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
-        site = CallSite(qualname, frame.unit.path, call, frame.unit.module)
+        site = CallSite(qualname, frame.unit.path, site_call or call, frame.unit.module)
         inner = _Frame(unit, env, cls, frame.via + (site,), frame.depth + 1, frame.stack + (fdef,), qualname)
         if type(fdef.params.star_arg) is cst.Param or type(fdef.params.star_kwarg) is cst.Param:
             named = {p.name.value for p in all_params}
@@ -176,7 +228,7 @@ class BuilderInlining:
                 # `if name == "onecycle": return OneCycleLR(...)` ... `return ReduceLROnPlateau(...)`:
                 # which one is built depends on the arguments, so none is known
                 chosen = _Value(chosen.canon, chosen.elems, chosen.dict, chosen.divided)
-            self.call_values[id(call)] = chosen
+            self.call_values[id(site_call or call)] = chosen
 
     def _decorators(self, fdef: cst.FunctionDef, frame: _Frame) -> None:
         for dec in fdef.decorators:
@@ -286,3 +338,24 @@ def _nodes_under(node: cst.CSTNode):
     yield node
     for child in node.children:
         yield from _nodes_under(child)
+
+
+def _kw_of(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def _unpacked(packed: cst.BaseExpression | None) -> list[cst.Arg]:
+    """The elements of a literal `args=(a, b)` as positional arguments."""
+    if type(packed) not in (cst.Tuple, cst.List):
+        return []
+    return [cst.Arg(e.value) for e in packed.elements if type(e) is cst.Element]
+
+
+def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
+    """The entries of a literal `kwargs={"model": model}` (or `dict(model=model)`) as keywords."""
+    if type(named) is cst.Dict:
+        return [cst.Arg(e.value, keyword=cst.Name(e.key.value[1:-1])) for e in named.elements
+                if type(e) is cst.DictElement and type(e.key) is cst.SimpleString and e.key.value[1:-1].isidentifier()]
+    if type(named) is cst.Call and _dotted(named.func) == "dict":
+        return [a for a in named.args if a.keyword is not None]
+    return []

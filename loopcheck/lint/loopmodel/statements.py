@@ -394,6 +394,10 @@ class BuilderStatements:
         self._assign_value(target, self.value_of(value, frame), value, frame)
 
     def _assign_value(self, target: cst.BaseExpression, val: _Value, value: cst.BaseExpression | None, frame: _Frame) -> None:
+        if value is not None and (type(value) in (cst.Lambda, cst.Call) or self.deferred):
+            name = self.canon(target, frame)
+            if name is not None:
+                self._remember_deferred(name, value, frame)
         if type(target) is cst.Name:
             name = target.value
             tc = name
