@@ -90,7 +90,7 @@ class Project:
         self._summaries: dict[str, tuple[tuple[int, int] | None, ModuleSummary | None]] = {}
         self._reach: dict[str, tuple[str, ...]] = {}
         self._imports: dict[int, tuple[ModuleSummary, list[Path]]] = {}  # per summary: its resolved imports
-        self._mentions: dict[tuple[str, tuple[str, ...]], bool] = {}
+        self._mentions: dict[tuple[str, ...], dict[str, bool]] = {}  # words -> module -> reaches a mention
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
         self._words: dict[str, list[str]] | None = None  # word -> project files holding it
@@ -414,14 +414,70 @@ class Project:
 
     def reach_mentions(self, path: Path, words: tuple[str, ...]) -> bool:
         """Whether a module `path` reaches mentions one of `words` (lower case, any case in the
-        text). True when a reached module cannot be summarised: it may."""
-        key = (os.path.realpath(path), words)
-        if key not in self._mentions:
-            self._mentions[key] = any(
-                summary is None or summary.mentions_any(words)
-                for summary in (self.summary(Path(dep)) for dep in self.reach(path))
-            )
-        return self._mentions[key]
+        text). True when a reached module cannot be summarised: it may. (A module in an import
+        cycle reaches itself.) Settled for every module met on the way, once per run: each
+        strongly connected part of the import graph is walked once, not once per importer."""
+        key = os.path.realpath(path)
+        known = self._mentions.setdefault(words, {})
+        if key not in known:
+            self._settle(key, words, known)
+        return known[key]
+
+    def _settle(self, start: str, words: tuple[str, ...], known: dict[str, bool]) -> None:
+        """Tarjan's algorithm over the import graph from `start`, without recursion."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        on_stack: set[str] = set()
+        stack: list[str] = []
+        reaches: dict[str, bool] = {}  # what the successors (outside the node's own part) give
+
+        def successors(node: str) -> list[str]:
+            return [str(d) for d in self.imports_of(Path(node))]
+
+        def mentions(node: str) -> bool:
+            summary = self.summary(Path(node))
+            return summary is None or summary.mentions_any(words)
+
+        work: list[tuple[str, list[str], int]] = [(start, successors(start), 0)]
+        index[start] = low[start] = 0
+        stack.append(start)
+        on_stack.add(start)
+        reaches[start] = False
+        while work:
+            node, succ, i = work[-1]
+            if i < len(succ):
+                work[-1] = (node, succ, i + 1)
+                nxt = succ[i]
+                if nxt in known:
+                    reaches[node] = reaches[node] or known[nxt] or mentions(nxt)
+                elif nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    reaches[nxt] = False
+                    work.append((nxt, successors(nxt), 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:  # the root of a strongly connected part
+                part: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    part.append(member)
+                    if member == node:
+                        break
+                cyclic = len(part) > 1
+                answer = any(reaches[m] for m in part) or (cyclic and any(mentions(m) for m in part))
+                for member in part:
+                    known[member] = answer
+                if work:
+                    parent = work[-1][0]
+                    reaches[parent] = reaches[parent] or answer or mentions(node)
 
 
 # The name the engine and older callers used for the project.

@@ -237,3 +237,24 @@ def test_a_citation_names_the_file_when_it_is_another_one() -> None:
     message = f"`scheduler.step()` ({at(Place('/p/train.py', 34))}) runs before `optimizer.step()` ({at(Place('/p/engine.py', 12))})"
     assert cite(message, "/p/train.py") == "`scheduler.step()` (line 34) runs before `optimizer.step()` (engine.py:12)"
     assert cite(message, "/p/engine.py") == "`scheduler.step()` (train.py:34) runs before `optimizer.step()` (line 12)"
+
+
+def test_what_a_module_reaches_through_import_cycles(tmp_path: Path) -> None:
+    """`reach_mentions` settles a whole import cycle at once: every module of the cycle and every
+    importer of it reaches the one that mentions the word; a module beside it does not."""
+    from loopcheck.lint.project import Project
+
+    files = {
+        "a.py": "import b\n", "b.py": "import c\n", "c.py": "import a\nx = 'softmax'\n",
+        "d.py": "import a\n", "e.py": "import f\n", "f.py": "import e\n", "g.py": "y = 1\n",
+        "h.py": "import g\nimport d\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    project = Project([tmp_path])
+    reaches = {n: project.reach_mentions(tmp_path / n, ("softmax",)) for n in sorted(files)}
+    assert reaches == {"a.py": True, "b.py": True, "c.py": True, "d.py": True, "e.py": False, "f.py": False,
+                       "g.py": False, "h.py": True}
+    again = Project([tmp_path])  # asked in another order, the same answers
+    assert {n: again.reach_mentions(tmp_path / n, ("softmax",)) for n in reversed(sorted(files))} == reaches
