@@ -99,6 +99,7 @@ class Cache:
 
     def __init__(self, root: Path) -> None:
         self.dir = root / DIRNAME / f"v{SCHEMA}-{_salt()}"
+        self.summaries = self.dir / "summaries"  # module summaries by content (`summary.SummaryStore`)
         self._hashes: dict[Path, str | None] = {}
         self._writable = True
         self.hits = 0
@@ -176,6 +177,11 @@ class Cache:
             files.update(dict.fromkeys(project.reach(Path(dependent))))
         files.pop(here, None)
         return {dep: self.file_hash(Path(dep)) for dep in list(files)[:_MAX_DEPS]}
+
+    def prepare(self, folder: Path) -> None:
+        """Make `folder` inside the cache (the cache's marker files and the clearing of other
+        versions' results on first use)."""
+        self._prepare(folder)
 
     def _prepare(self, folder: Path) -> None:
         if folder.is_dir():

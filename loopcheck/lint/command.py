@@ -321,10 +321,16 @@ class _Run:
 
     def check(self, files: list[Path], configs: dict[Path, Config]) -> dict[Path, FileOutcome]:
         from loopcheck.lint import cache as cache_mod
-        from loopcheck.lint.notebook import is_notebook
+        from loopcheck.lint.summary import stored_in
 
         use_cache = not (self.opts.no_cache or self.opts.fix or self.opts.diff)
         cache = cache_mod.Cache(cache_mod.project_root()) if use_cache and files else None
+        with stored_in(cache.summaries if cache else None, cache.prepare if cache else None):
+            return self._check(files, configs, cache)
+
+    def _check(self, files: list[Path], configs: dict[Path, Config], cache: Any) -> dict[Path, FileOutcome]:
+        from loopcheck.lint.notebook import is_notebook
+
         stdin = self.stdin_path()
         outcomes: dict[Path, FileOutcome] = {}
         data: dict[Path, bytes] = {}

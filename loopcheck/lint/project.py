@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
-from loopcheck.lint.summary import ModuleSummary, summarize
+from loopcheck.lint.summary import ModuleSummary, summarize, summary_of
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
     import libcst as cst
@@ -292,7 +292,7 @@ class Project:
         found: ModuleSummary | None = None
         if stamp is not None and stamp[0] <= _MAX_BYTES:
             try:
-                found = summarize(self.read(path), key)
+                found = summary_of(self.read(path), key)
             except OSError:
                 found = None
         if cached is not None:  # the module changed: what it and others reach may have too

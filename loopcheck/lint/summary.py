@@ -10,8 +10,15 @@ libcst, and which files a cached result depends on, are decided from summaries a
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
+import os
 import re
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
 
 
 @dataclass(frozen=True)
@@ -82,3 +89,72 @@ def summarize(source: bytes, path: str) -> ModuleSummary | None:
 
 
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class SummaryStore:
+    """Summaries kept on disk by content hash (in the lint cache, whose folder names loopcheck's
+    version), so a warm run, or one after an edit, summarises only the files that changed. JSON,
+    never pickle: a cache folder inside a checked-out repository is not trusted code."""
+
+    def __init__(self, folder: Path, prepare: "Callable[[Path], None] | None" = None) -> None:
+        self.folder = folder
+        self._prepare = prepare  # makes a folder of the cache (its marker files on first use)
+        self._writable = True
+
+    def summary(self, source: bytes, path: str) -> ModuleSummary | None:
+        digest = hashlib.sha256(source).hexdigest()[:32]
+        entry = self.folder / digest[:2] / f"{digest}.json"
+        try:
+            raw = json.loads(entry.read_text(encoding="utf-8"))
+            if raw is None:
+                return None
+            return ModuleSummary(
+                path,
+                tuple((m, int(level), tuple(names)) for m, level, names in raw["imports"]),
+                tuple(raw["exports"]) if raw["exports"] is not None else None,
+                tuple(raw["functions"]),
+                tuple((name, tuple(bases), tuple(methods)) for name, bases, methods in raw["classes"]),
+                raw["words"],
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        found = summarize(source, path)
+        self._write(entry, None if found is None else {
+            "imports": found.imports, "exports": found.exports, "functions": found.functions,
+            "classes": found.classes, "words": found.words,
+        })
+        return found
+
+    def _write(self, entry: Path, doc: object) -> None:
+        if not self._writable:
+            return
+        try:
+            if self._prepare is not None:
+                self._prepare(entry.parent)
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=entry.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh)
+            os.replace(tmp, entry)
+        except OSError:
+            self._writable = False  # a read-only tree runs without it
+
+
+_STORE: list[SummaryStore] = []
+
+
+@contextmanager
+def stored_in(folder: Path | None, prepare: "Callable[[Path], None] | None" = None) -> Iterator[None]:
+    """Keep summaries in `folder` meanwhile (None: in memory only), in this process and in the
+    worker processes it forks."""
+    old = list(_STORE)
+    _STORE[:] = [SummaryStore(folder, prepare)] if folder is not None else []
+    try:
+        yield
+    finally:
+        _STORE[:] = old
+
+
+def summary_of(source: bytes, path: str) -> ModuleSummary | None:
+    """The summary of `source`, from the store when one is in use."""
+    return _STORE[0].summary(source, path) if _STORE else summarize(source, path)

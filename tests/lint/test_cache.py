@@ -97,7 +97,7 @@ def test_corrupt_entries_are_misses_and_are_overwritten(project, garbage):
     train = project / "train.py"
     cache = Cache(project)
     store(cache, train)
-    (entry_file,) = list((project / ".loopcheck_cache").rglob("*.json"))
+    (entry_file,) = [p for p in (project / ".loopcheck_cache").rglob("*.json") if "summaries" not in p.parts]
     entry_file.write_text(garbage)
     fresh = Cache(project)
     assert fresh.get(train, train.read_bytes(), "k") is None and fresh.misses == 1
@@ -108,7 +108,7 @@ def test_corrupt_entries_are_misses_and_are_overwritten(project, garbage):
 def test_a_finding_with_a_wrong_shape_is_a_miss(project):
     train = project / "train.py"
     store(Cache(project), train)
-    (entry_file,) = list((project / ".loopcheck_cache").rglob("*.json"))
+    (entry_file,) = [p for p in (project / ".loopcheck_cache").rglob("*.json") if "summaries" not in p.parts]
     doc = json.loads(entry_file.read_text())
     doc["findings"][0]["severity"] = "catastrophic"
     entry_file.write_text(json.dumps(doc))
@@ -131,3 +131,21 @@ def test_an_upgrade_starts_a_fresh_cache_and_removes_the_old_one(project, monkey
     assert lookup(train) is None
     store(Cache(project), train)
     assert not old.exists() and lookup(train) is not None
+
+
+def test_summaries_are_kept_by_content_in_the_cache(tmp_path: Path) -> None:
+    """A summary stored once is read back for the same bytes under any path; JSON only."""
+    import json
+
+    from loopcheck.lint.summary import SummaryStore, summarize
+
+    source = b"import torch\nfrom . import engine\n\ndef fit(model):\n    return model\n\nclass T:\n    def step(self): pass\n"
+    store = SummaryStore(tmp_path / "summaries")
+    first = store.summary(source, "/p/a.py")
+    assert first == summarize(source, "/p/a.py")
+    [entry] = (tmp_path / "summaries").rglob("*.json")
+    json.loads(entry.read_text())  # plain data, never pickle
+    again = store.summary(source, "/p/b.py")
+    assert again == summarize(source, "/p/b.py") and again.path == "/p/b.py"
+    assert store.summary(b"def broken(:\n", "/p/c.py") is None
+    assert store.summary(b"def broken(:\n", "/p/c.py") is None  # read back as "cannot be summarised"
