@@ -46,3 +46,53 @@ def test_an_oscillating_update_larger_than_the_weights_is_lp106():
     assert codes(probe) == {"LP106"}
     (f,) = probe.findings
     assert f.step == 40 and "far too high" in f.message
+
+
+def _mlp_run(lr, steps=40):
+    """An MNIST-style MLP with Adam, the way such scripts are written, on a fixed synthetic task."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(196, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.rand(64, 1, 14, 14, generator=g), torch.randint(0, 10, (64,), generator=g)) for _ in range(8)]
+    losses = []
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(steps):
+            x, y = data[step % len(data)]
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return probe, losses
+
+
+def test_a_hundred_times_adams_rate_that_blows_the_weights_up_is_found_at_the_first_sample():
+    probe, losses = _mlp_run(lr=0.1)  # 1e-3 is the sane value
+    # the signature that LP502 cannot see: a spike, then the loss back at chance level
+    assert max(losses[:5]) > 10 * losses[0] and losses[-1] < 1.5 * losses[0]
+    f = next(f for f in probe.findings if f.code == "LP106")
+    assert f.step == 20 and "grew" in f.message and f.extra["growth"] >= 4
+    assert f.extra["parameter"] in ("1.weight", "4.weight")
+
+
+def test_adams_sane_rate_stays_clean():
+    probe, _ = _mlp_run(lr=1e-3)
+    assert probe.findings == []
+
+
+def test_lbfgs_steps_are_not_measured():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=4)
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    y = x.sum(1, keepdim=True).sin()
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for _ in range(45):
+            def closure():
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            opt.step(closure)
+    assert "LP106" not in codes(probe)
