@@ -59,7 +59,7 @@ class GradNormDetector(Detector):
         host = self.probe.readings.host()
         for at, index, read, positions in pending:
             norms = host[read]
-            if not all(math.isfinite(n) for n in norms):
+            if not math.isfinite(sum(norms)) and not all(map(math.isfinite, norms)):
                 continue  # the non-finite detector owns these steps
             total = math.sqrt(sum(n * n for n in norms))
             if index == 0:
