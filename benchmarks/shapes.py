@@ -327,7 +327,7 @@ def reinforce(fault: Fault) -> Shape:
     """Policy gradient on a corridor that lasts while the agent picks the side the first feature
     points to: episodes, and with them the returns and the loss, grow as the policy learns."""
     policy = Policy()
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-2 * fault.lr_scale)
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3 * fault.lr_scale)
     g = torch.Generator().manual_seed(0)
     gamma, longest = 0.99, 200
 
@@ -338,7 +338,7 @@ def reinforce(fault: Fault) -> Shape:
             probs = policy(state)
             action = torch.multinomial(probs, 1, generator=g).item()
             log_probs.append(torch.log(probs[0, action]))
-            if action != int(state[0, 0] > 0):
+            if action != 1:  # the corridor goes on while the agent keeps right
                 break
         returns, future = [], 0.0
         for _ in log_probs:  # a reward of 1 per step survived

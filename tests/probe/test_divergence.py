@@ -96,3 +96,35 @@ def test_lbfgs_steps_are_not_measured():
                 return loss
             opt.step(closure)
     assert "LP106" not in codes(probe)
+
+
+def test_reinforce_whose_loss_grows_with_the_returns_stays_clean():
+    """Policy gradient without a baseline: the loss is -log p times the return, and the returns grow
+    from about 1 to tens as the agent learns to keep going, so the loss rises far above its start
+    while the run is healthy. Its per-episode values jump by large factors: not a divergence."""
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2), nn.Softmax(dim=1))
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    with loopcheck.probe(policy, opt, on_finding="ignore", summary=False) as probe:
+        for episode in range(120):
+            log_probs = []
+            for t in range(200):  # the corridor goes on while the agent keeps right
+                probs = policy(torch.randn(1, 4, generator=g))
+                action = torch.multinomial(probs, 1, generator=g).item()
+                log_probs.append(torch.log(probs[0, action]))
+                if action != 1:
+                    break
+            returns, future = [], 0.0
+            for _ in log_probs:
+                future = 1.0 + 0.99 * future
+                returns.insert(0, future)
+            loss = torch.stack([-lp * r for lp, r in zip(log_probs, returns)]).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    early, later = sorted(losses[:20]), sorted(losses[40:80])
+    assert later[len(later) // 2] > 2 * early[len(early) // 2]  # the loss did grow
+    assert probe.findings == []
