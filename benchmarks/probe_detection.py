@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from torch import nn
 
 import loopcheck
 from shapes import EXTRA, SHAPES, Fault, Shape, build
 
 _ONSET = 30  # the step at which the faults that start mid-run start
+_MODE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Case:
     onset: int | None = None  # optimizer steps completed when the fault starts; None: a clean run
     after_step: Callable[[Shape, int], None] | None = None  # what the loop does wrong between steps
     needs_float_inputs: bool = False
+    needs_mode_layers: bool = False  # only wrong when the evaluated model has dropout or batch norm
 
 
 def _eval_left_on(shape: Shape, k: int) -> None:
@@ -48,10 +51,12 @@ def _validation_in_train_mode(shape: Shape, k: int) -> None:
 
 CASES = {
     "clean": Case("clean run"),
-    "zero_grad": Case("zero_grad removed", Fault(zero_grad=False), 0),
+    # the first step that should have started from reset gradients is the second
+    "zero_grad": Case("zero_grad removed", Fault(zero_grad=False), 1),
     "nan": Case("NaN input batch", Fault(nan_at=_ONSET), _ONSET, needs_float_inputs=True),
-    "eval": Case("eval() left on", onset=_ONSET, after_step=_eval_left_on),
-    "validation": Case("no-grad validation every 10 steps, train mode", onset=_ONSET, after_step=_validation_in_train_mode),
+    "eval": Case("eval() left on", onset=_ONSET, after_step=_eval_left_on, needs_mode_layers=True),
+    "validation": Case("no-grad validation every 10 steps, train mode", onset=_ONSET,
+                       after_step=_validation_in_train_mode, needs_mode_layers=True),
     "outputs": Case("model outputs kept in a list", Fault(keep_outputs=True), 0),
     "lr100": Case("100x learning rate", Fault(lr_scale=100.0), 0),
 }
@@ -62,6 +67,8 @@ def run(name: str, case: Case, steps: int) -> str:
     shape = build(name, case.fault)
     if case.needs_float_inputs and not shape.float_inputs:
         return "n/a (token ids)"
+    if case.needs_mode_layers and not any(isinstance(m, _MODE_LAYERS) for m in shape.evaluated.modules()):
+        return "n/a (no dropout/BN)"
     raised = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
