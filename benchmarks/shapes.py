@@ -56,6 +56,27 @@ def _poisoned(x: torch.Tensor, k: int, fault: Fault) -> torch.Tensor:
     return torch.full_like(x, math.nan) if k == fault.nan_at else x
 
 
+def _classifier_step(model: nn.Module, opt: torch.optim.Optimizer, data: list[Any], fault: Fault,
+                     sched: Any = None) -> Callable[[int], None]:
+    """The classic supervised step: reset, forward, cross-entropy, backward, step (and schedule)."""
+    kept = []
+
+    def step(k: int) -> None:
+        x, y = data[k % len(data)]
+        x = _poisoned(x, k, fault)
+        if fault.zero_grad:
+            opt.zero_grad(set_to_none=True)
+        output = model(x)
+        if fault.keep_outputs:
+            kept.append(output)
+        loss = F.cross_entropy(output, y)
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+    return step
+
+
 class MLP(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -70,19 +91,7 @@ def mlp(fault: Fault) -> Shape:
     model = MLP()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3 * fault.lr_scale)
     data = _batches(8, lambda g: (torch.rand(64, 1, 28, 28, generator=g), torch.randint(0, 10, (64,), generator=g)))
-    kept = []
-
-    def step(k: int) -> None:
-        x, y = data[k % len(data)]
-        x = _poisoned(x, k, fault)
-        if fault.zero_grad:
-            opt.zero_grad()
-        output = model(x)
-        if fault.keep_outputs:
-            kept.append(output)
-        loss = F.cross_entropy(output, y)
-        loss.backward()
-        opt.step()
+    step = _classifier_step(model, opt, data, fault)
     return Shape([model], [opt], None, step, model, lambda: model(data[0][0]))
 
 
@@ -146,20 +155,7 @@ def cnn(fault: Fault) -> Shape:
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=100_000)
     data = _batches(8, lambda g: (torch.randn(32, 3, 32, 32, generator=g), torch.randint(0, 10, (32,), generator=g)))
-    kept = []
-
-    def step(k: int) -> None:
-        x, y = data[k % len(data)]
-        x = _poisoned(x, k, fault)
-        if fault.zero_grad:
-            opt.zero_grad(set_to_none=True)
-        output = model(x)
-        if fault.keep_outputs:
-            kept.append(output)
-        loss = F.cross_entropy(output, y)
-        loss.backward()
-        opt.step()
-        sched.step()
+    step = _classifier_step(model, opt, data, fault, sched)
     return Shape([model], [opt], sched, step, model, lambda: model(data[0][0]))
 
 
