@@ -2,7 +2,10 @@
 
 Each shape of `shapes.py` trains for `--steps` steps under the probe (default configuration), once
 clean and once per fault; the table gives, per fault and shape, the first code the probe reported
-at or after the fault's onset and how many optimizer steps after the onset it came. A finding
+at or after the fault's onset and how many optimizer steps after the onset it came: the
+finding's `step` minus the steps completed when the fault began (the non-finite codes LP103 to
+LP105 give the number of the step they happened in, so 1 there is the poisoned step itself,
+caught before its update). A finding
 before the onset, or any finding of a clean run, is a false positive and is printed as such.
 REINFORCE (a loss that grows with the returns) and LBFGS (steps through a closure) are trained
 clean only, for longer.
@@ -119,7 +122,7 @@ def main() -> None:
     torch.set_num_threads(1)
     started = time.perf_counter()
     print(f"{args.steps} steps per run; mid-run faults start after step {_ONSET}; "
-          f"cells: first code at or after the onset, steps after the onset")
+          f"cells: first code at or after the onset, its step minus the steps done at the onset")
     width = max(len(CASES[f].label) for f in faults)
     cells = {}
     for fault in faults:
