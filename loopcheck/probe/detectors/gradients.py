@@ -314,31 +314,32 @@ class UpdateRatioDetector(Detector):
         self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._high: dict[int, int] = defaultdict(int)
 
-    def _measured(self, index: int, optimizer: Any) -> list[torch.Tensor]:
-        params = self._params.get(index)
-        if params is None:
-            params = []
-            if not isinstance(optimizer, torch.optim.LBFGS):
-                total = 0
-                for p in self.probe.opt_params[index]:
-                    if p.dim() < 2 or p.grad is None or p.grad.is_sparse or total + p.numel() > _RATIO_VALUES:
-                        continue
-                    params.append(p)
-                    total += p.numel()
-                    if len(params) == _RATIO_TENSORS:
-                        break
-            self._params[index] = params
-            if params:
-                self._start[index] = self.probe.readings.add(fused_norms(params))
-        return params
-
     def on_step_pre(self, index: int, optimizer: Any) -> None:
-        first = index not in self._params
-        params = self._measured(index, optimizer)
-        if first or not params or (self.probe._applied[index] + 1) % self.config.every:
+        if index not in self._params:
+            self._choose(index, optimizer)
             return
-        with torch.no_grad():
-            self._before[index] = [p.detach().clone() for p in params]
+        if (self.probe._applied[index] + 1) % self.config.every:
+            return
+        params = self._params[index]
+        if params:
+            with torch.no_grad():
+                self._before[index] = [p.detach().clone() for p in params]
+
+    def _choose(self, index: int, optimizer: Any) -> None:
+        """At the optimizer's first step: the matrices to measure, and their norms before it."""
+        params: list[torch.Tensor] = []
+        if not isinstance(optimizer, torch.optim.LBFGS):
+            total = 0
+            for p in self.probe.opt_params[index]:
+                if p.dim() < 2 or p.grad is None or p.grad.is_sparse or total + p.numel() > _RATIO_VALUES:
+                    continue
+                params.append(p)
+                total += p.numel()
+                if len(params) == _RATIO_TENSORS:
+                    break
+        self._params[index] = params
+        if params:
+            self._start[index] = self.probe.readings.add(fused_norms(params))
 
     def on_step_skipped(self, index: int, optimizer: Any) -> None:
         self._before.pop(index, None)
