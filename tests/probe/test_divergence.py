@@ -128,3 +128,27 @@ def test_reinforce_whose_loss_grows_with_the_returns_stays_clean():
     early, later = sorted(losses[:20]), sorted(losses[40:80])
     assert later[len(later) // 2] > 2 * early[len(early) // 2]  # the loss did grow
     assert probe.findings == []
+
+
+def test_a_small_new_head_that_grows_while_the_loss_falls_is_fine(batches):
+    """Fine-tuning: a pretrained body and a new head initialised small, the way linear probes are;
+    the head's norm grows several times in its first steps, and that is learning."""
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+    head = nn.Linear(64, 4)
+    nn.init.normal_(head.weight, std=0.01)
+    nn.init.zeros_(head.bias)
+    model = nn.Sequential(body, head)
+    opt = torch.optim.Adam([{"params": body.parameters(), "lr": 1e-4}, {"params": head.parameters(), "lr": 3e-3}])
+    start = head.weight.norm().item()
+    losses = []
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(60):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert head.weight.norm().item() > 4 * start
+    assert sum(losses[-10:]) / 10 < 0.95 * sum(losses[:5]) / 5
+    assert probe.findings == []

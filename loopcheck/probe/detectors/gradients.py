@@ -28,7 +28,8 @@ _RATIO_TENSORS = 16
 _RATIO_VALUES = 4 * 1024 * 1024
 _RATIO_HIGH = 0.1
 _RATIO_SAMPLES = 2
-_GROWTH = 4.0
+_GROWTH = 4.0  # one matrix's norm this many times its start ...
+_ALSO = 2.0  # ... and another's this many: the whole model, not one small new layer
 _EARLY = 3
 _SMALL_RMS = 1e-3
 
@@ -291,12 +292,13 @@ class UpdateRatioDetector(Detector):
       it the norms of the change and of the weights are queued. A healthy run moves each matrix by
       about a thousandth of its norm per step, an Adam warm start by a few hundredths; a tenth or
       more for some matrix at two samples in a row is a learning rate far too high;
-    - *blow-up*: their norms before the first step are queued once; a matrix whose norm has grown
-      `_GROWTH` times by one of the first `_EARLY` samples was blown up by huge steps from the
-      start (a 100x learning rate), even when the steps have since shrunk and the loss sits at
-      chance level. Later growth is left to the spike checks (LP101, LP501): one bad batch can
-      blow the weights up too. Matrices that start near zero (rms under `_SMALL_RMS`) grow
-      legitimately and are left out.
+    - *blow-up*: their norms before the first step are queued once; when by one of the first
+      `_EARLY` samples one matrix's norm has grown `_GROWTH` times and another's `_ALSO` times,
+      the model was blown up by huge steps from the start (a 100x learning rate), even when the
+      steps have since shrunk and the loss sits at chance level. A single layer growing fast is
+      not enough: a small new head (fine-tuning) does that while it learns; matrices that start
+      near zero (rms under `_SMALL_RMS`) are left out. Later growth is left to the spike checks
+      (LP101, LP501): one bad batch can blow the weights up too.
 
     LBFGS is left alone: its line-searched steps are large by design. Neither is reported for an
     optimizer whose gradients were found not reset (LP403): summed gradients make huge steps, and
@@ -389,18 +391,21 @@ class UpdateRatioDetector(Detector):
         if index in self._grown or at > _EARLY * self.config.every or not isinstance(start, list):
             return
         params = self._params[index]
-        for p, w0, w in zip(params, start, weights):
-            if w0 > _SMALL_RMS * math.sqrt(p.numel()) and w >= _GROWTH * w0:
-                self._grown.add(index)
-                name = self.probe.param_name(p)
-                self.report(
-                    "LP106",
-                    f"the norm of {name} grew from {w0:.3g} to {w:.3g} ({w / w0:.0f}x) in the first {at} steps "
-                    f"(a healthy run changes it by a few percent): steps far larger than the weights blew them "
-                    f"up; the learning rate ({self._lrs(index)}) is far too high for this model",
-                    where=self._where(index), step=at, growth=w / w0, parameter=name,
-                )
-                return
+        grown = sorted(((w / w0, j) for j, (p, w0, w) in enumerate(zip(params, start, weights))
+                        if w0 > _SMALL_RMS * math.sqrt(p.numel())), reverse=True)
+        if len(grown) < 2 or grown[0][0] < _GROWTH or grown[1][0] < _ALSO:
+            return
+        self._grown.add(index)
+        (growth, j), (other, k) = grown[0], grown[1]
+        name = self.probe.param_name(params[j])
+        self.report(
+            "LP106",
+            f"the norm of {name} grew from {start[j]:.3g} to {weights[j]:.3g} ({growth:.0f}x) in the first {at} "
+            f"steps, and that of {self.probe.param_name(params[k])} {other:.1f}x (a healthy run changes them by "
+            f"a few percent): steps far larger than the weights blew them up; the learning rate "
+            f"({self._lrs(index)}) is far too high for this model",
+            where=self._where(index), step=at, growth=growth, parameter=name,
+        )
 
     def _where(self, index: int) -> str | None:
         return None if len(self.probe.optimizers) == 1 else f"optimizer{index}"
