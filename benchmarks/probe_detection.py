@@ -108,8 +108,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(SHAPES), help=f"shapes (default: {', '.join(SHAPES)})")
     parser.add_argument("--faults", default=",".join(CASES), help=f"faults (default: {', '.join(CASES)})")
     parser.add_argument("--steps", type=int, default=100, help="training steps per run (default: 100)")
-    parser.add_argument("--extra-steps", type=int, default=200,
-                        help="steps of the clean REINFORCE and LBFGS runs (default: 200; 0 skips them)")
+    parser.add_argument("--extra-steps", type=int, default=150,
+                        help="steps of the clean REINFORCE and LBFGS runs (default: 150; 0 skips them)")
     args = parser.parse_args()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]

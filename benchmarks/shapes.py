@@ -371,7 +371,7 @@ def lbfgs(fault: Fault) -> Shape:
 
     model = Sequence()
     opt = torch.optim.LBFGS(model.parameters(), lr=1.0 * fault.lr_scale, max_iter=4, line_search_fn="strong_wolfe")
-    t = torch.arange(41, dtype=torch.float32)
+    t = torch.arange(21, dtype=torch.float32)
     shift = torch.randint(-20, 20, (16, 1), generator=torch.Generator().manual_seed(0))
     wave = torch.sin((t + shift) / 4.0)
     x, y = wave[:, :-1], wave[:, 1:]
