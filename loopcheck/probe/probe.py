@@ -191,6 +191,7 @@ class Probe:
         self.module_index: dict[int, int] = {}
         self.param_names: dict[int, str] = {}
         self.param_module: dict[int, str] = {}
+        self.off_cpu = False  # whether a watched model has parameters on an accelerator
         for root, prefix in zip(self.models, self.root_names):
             for name, module in root.named_modules():
                 if id(module) in self.module_index:
@@ -199,6 +200,8 @@ class Probe:
                 self.module_index[id(module)] = len(self.modules)
                 self.modules.append((qual, module))
                 for pname, p in module.named_parameters(recurse=False):
+                    if p.device.type != "cpu":
+                        self.off_cpu = True
                     if id(p) not in self.param_names:
                         self.param_names[id(p)] = ".".join(x for x in (prefix, name, pname) if x)
                         self.param_module[id(p)] = qual
@@ -387,7 +390,8 @@ class Probe:
         self._dispatch("on_step_pre", i, optimizer)
         self.readings.seal()
         together = self.world_size > 1 and self.on_finding == "raise"
-        tripped = self.readings.tripped(distributed.all_ranks_max if together else None, self._main_device())
+        tripped = (self.readings.tripped(distributed.all_ranks_max, self._main_device()) if together
+                   else self.readings.tripped())
         if tripped and not self._tripped:
             # The first non-finite value: read and judge now, before this step updates the
             # parameters (the localisation checks them), instead of at the next sample. Later

@@ -46,3 +46,109 @@ def test_an_oscillating_update_larger_than_the_weights_is_lp106():
     assert codes(probe) == {"LP106"}
     (f,) = probe.findings
     assert f.step == 40 and "far too high" in f.message
+
+
+def _mlp_run(lr, steps=40):
+    """An MNIST-style MLP with Adam, the way such scripts are written, on a fixed synthetic task."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(196, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.rand(64, 1, 14, 14, generator=g), torch.randint(0, 10, (64,), generator=g)) for _ in range(8)]
+    losses = []
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(steps):
+            x, y = data[step % len(data)]
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return probe, losses
+
+
+def test_a_hundred_times_adams_rate_that_blows_the_weights_up_is_found_at_the_first_sample():
+    probe, losses = _mlp_run(lr=0.1)  # 1e-3 is the sane value
+    # the signature that LP502 cannot see: a spike, then the loss back at chance level
+    assert max(losses[:5]) > 10 * losses[0] and losses[-1] < 1.5 * losses[0]
+    f = next(f for f in probe.findings if f.code == "LP106")
+    assert f.step == 20 and "grew" in f.message and f.extra["growth"] >= 4
+    assert f.extra["parameter"] in ("1.weight", "4.weight")
+
+
+def test_adams_sane_rate_stays_clean():
+    probe, _ = _mlp_run(lr=1e-3)
+    assert probe.findings == []
+
+
+def test_lbfgs_steps_are_not_measured():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=4)
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    y = x.sum(1, keepdim=True).sin()
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for _ in range(45):
+            def closure():
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            opt.step(closure)
+    assert "LP106" not in codes(probe)
+
+
+def test_reinforce_whose_loss_grows_with_the_returns_stays_clean():
+    """Policy gradient without a baseline: the loss is -log p times the return, and the returns grow
+    from about 1 to tens as the agent learns to keep going, so the loss rises far above its start
+    while the run is healthy. Its per-episode values jump by large factors: not a divergence."""
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2), nn.Softmax(dim=1))
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    with loopcheck.probe(policy, opt, on_finding="ignore", summary=False) as probe:
+        for episode in range(120):
+            log_probs = []
+            for t in range(200):  # the corridor goes on while the agent keeps right
+                probs = policy(torch.randn(1, 4, generator=g))
+                action = torch.multinomial(probs, 1, generator=g).item()
+                log_probs.append(torch.log(probs[0, action]))
+                if action != 1:
+                    break
+            returns, future = [], 0.0
+            for _ in log_probs:
+                future = 1.0 + 0.99 * future
+                returns.insert(0, future)
+            loss = torch.stack([-lp * r for lp, r in zip(log_probs, returns)]).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    early, later = sorted(losses[:20]), sorted(losses[40:80])
+    assert later[len(later) // 2] > 2 * early[len(early) // 2]  # the loss did grow
+    assert probe.findings == []
+
+
+def test_a_small_new_head_that_grows_while_the_loss_falls_is_fine(batches):
+    """Fine-tuning: a pretrained body and a new head initialised small, the way linear probes are;
+    the head's norm grows several times in its first steps, and that is learning."""
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+    head = nn.Linear(64, 4)
+    nn.init.normal_(head.weight, std=0.01)
+    nn.init.zeros_(head.bias)
+    model = nn.Sequential(body, head)
+    opt = torch.optim.Adam([{"params": body.parameters(), "lr": 1e-4}, {"params": head.parameters(), "lr": 3e-3}])
+    start = head.weight.norm().item()
+    losses = []
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for x, y in batches.epoch(60):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert head.weight.norm().item() > 4 * start
+    assert sum(losses[-10:]) / 10 < 0.95 * sum(losses[:5]) / 5
+    assert probe.findings == []

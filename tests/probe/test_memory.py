@@ -94,8 +94,41 @@ def test_one_graph_kept_through_an_epoch_is_bounded_not_a_leak(net, batches):
         for epoch in range(4):
             for x, y in batches.epoch(30):
                 opt.zero_grad()
-                loss = F.cross_entropy(net(x), y)
+                logits = net(x)
+                loss = F.cross_entropy(logits, y)
                 loss.backward()
                 opt.step()
-            snapshots["last"] = dict(locals())  # once per epoch: keeps this epoch's last loss until the next
+            # once per epoch: keeps this epoch's last loss and model output until the next
+            snapshots["last"] = dict(locals())
     assert probe.findings == []
+
+
+def _epoch_accuracy_loop(net, batches, keep, epochs=2, steps=40):
+    """Logits gathered over an epoch for its accuracy, the way epoch-end metrics are often written."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    accuracy = []
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for epoch in range(epochs):
+            preds, targets = [], []
+            for x, y in batches.epoch(steps):
+                opt.zero_grad()
+                logits = net(x)
+                loss = F.cross_entropy(logits, y)
+                loss.backward()
+                opt.step()
+                preds.append(keep(logits))
+                targets.append(y)
+            accuracy.append((torch.cat(preds).argmax(1) == torch.cat(targets)).float().mean().item())
+    return probe
+
+
+def test_logits_kept_in_a_list_for_the_epoch_metric_are_found(net, batches):
+    # the kept node (the head's addmm) sits below log_softmax and nll_loss: deeper than the loss's marks
+    probe = _epoch_accuracy_loop(net, batches, keep=lambda logits: logits)
+    assert codes(probe) == {"LP202"}
+    (f,) = probe.findings
+    assert f.step <= 25 and "preds.append(logits)" in f.message
+
+
+def test_detached_logits_are_fine(net, batches):
+    assert _epoch_accuracy_loop(net, batches, keep=lambda logits: logits.detach()).findings == []

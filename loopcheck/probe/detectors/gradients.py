@@ -21,12 +21,17 @@ from loopcheck.probe.stats import RobustLevel, fused_norms
 _TOP = 3  # layers named in a spike / vanishing finding
 _TRACKED = 8  # parameters per optimizer whose .grad resets are followed (LP403)
 _OWNER_SETS = 64  # distinct sets of parameters with gradients whose owners are remembered
-# LP106: the weight matrices measured (at most this many tensors and values), the ratio of the
-# update's norm to the weights' norm that is far too large, and the samples in a row it must last.
+# LP106: the weight matrices measured (at most this many tensors and values), the ratio of a
+# matrix's update norm to its norm that is far too large, the samples in a row it must last, the
+# growth of a matrix's norm by one of the first samples that is a blow-up, and the rms under which a matrix starts near zero.
 _RATIO_TENSORS = 16
 _RATIO_VALUES = 4 * 1024 * 1024
-_RATIO_HIGH = 0.5
+_RATIO_HIGH = 0.1
 _RATIO_SAMPLES = 2
+_GROWTH = 4.0  # one matrix's norm this many times its start ...
+_ALSO = 2.0  # ... and another's this many: the whole model, not one small new layer
+_EARLY = 3
+_SMALL_RMS = 1e-3
 
 
 class GradNormDetector(Detector):
@@ -55,7 +60,7 @@ class GradNormDetector(Detector):
         host = self.probe.readings.host()
         for at, index, read, positions in pending:
             norms = host[read]
-            if not all(math.isfinite(n) for n in norms):
+            if not math.isfinite(sum(norms)) and not all(map(math.isfinite, norms)):
                 continue  # the non-finite detector owns these steps
             total = math.sqrt(sum(n * n for n in norms))
             if index == 0:
@@ -278,75 +283,138 @@ class UnusedParamsDetector(Detector):
 
 
 class UpdateRatioDetector(Detector):
-    """LP106: optimizer updates far larger than the weights they change, sustained.
+    """LP106: optimizer updates far larger than the weights they change.
 
-    On the step before each sample the weight matrices (at most `_RATIO_TENSORS` tensors and
-    `_RATIO_VALUES` values) are copied before the optimizer step; after it the norms of the change
-    and of the weights are queued (no sync). A healthy run changes its weights by about a
-    thousandth per step; half of their norm or more at two samples in a row is a divergence.
+    Each optimizer's weight matrices (at most `_RATIO_TENSORS` tensors and `_RATIO_VALUES` values,
+    chosen at its first step) are measured at the sample cadence only, with no sync of their own:
+
+    - *per step*: on the step before each sample they are copied before the optimizer step; after
+      it the norms of the change and of the weights are queued. A healthy run moves each matrix by
+      about a thousandth of its norm per step, an Adam warm start by a few hundredths; a tenth or
+      more for some matrix at two samples in a row is a learning rate far too high;
+    - *blow-up*: their norms before the first step are queued once; when by one of the first
+      `_EARLY` samples one matrix's norm has grown `_GROWTH` times and another's `_ALSO` times,
+      the model was blown up by huge steps from the start (a 100x learning rate), even when the
+      steps have since shrunk and the loss sits at chance level. A single layer growing fast is
+      not enough: a small new head (fine-tuning) does that while it learns; matrices that start
+      near zero (rms under `_SMALL_RMS`) are left out. Later growth is left to the spike checks
+      (LP101, LP501): one bad batch can blow the weights up too.
+
+    LBFGS is left alone: its line-searched steps are large by design. Neither is reported for an
+    optimizer whose gradients were found not reset (LP403): summed gradients make huge steps, and
+    their cause is already named.
     """
 
     codes = ("LP106",)
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
-        self._before: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
-        self._pending: list[tuple[int, int, slice, int]] = []  # (step, optimizer, read, tensors)
+        self._params: dict[int, list[torch.Tensor]] = {}  # the matrices measured, per optimizer
+        self._start: dict[int, slice | list[float]] = {}  # their norms before the first step (queued, then read)
+        self._grown: set[int] = set()
+        self._before: dict[int, list[torch.Tensor]] = {}
+        self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._high: dict[int, int] = defaultdict(int)
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
-        if (self.probe.step + 1) % self.config.every:
+        if index not in self._params:
+            self._choose(index, optimizer)
             return
-        params: list[torch.Tensor] = []
-        total = 0
-        for p in self.probe.opt_params[index]:
-            if p.dim() < 2 or p.grad is None or p.grad.is_sparse or total + p.numel() > _RATIO_VALUES:
-                continue
-            params.append(p)
-            total += p.numel()
-            if len(params) == _RATIO_TENSORS:
-                break
+        if (self.probe._applied[index] + 1) % self.config.every:
+            return
+        params = self._params[index]
         if params:
             with torch.no_grad():
-                self._before[index] = (params, [p.detach().clone() for p in params])
+                self._before[index] = [p.detach().clone() for p in params]
+
+    def _choose(self, index: int, optimizer: Any) -> None:
+        """At the optimizer's first step: the matrices to measure, and their norms before it."""
+        params: list[torch.Tensor] = []
+        if not isinstance(optimizer, torch.optim.LBFGS):
+            total = 0
+            for p in self.probe.opt_params[index]:
+                if p.dim() < 2 or p.grad is None or p.grad.is_sparse or total + p.numel() > _RATIO_VALUES:
+                    continue
+                params.append(p)
+                total += p.numel()
+                if len(params) == _RATIO_TENSORS:
+                    break
+        self._params[index] = params
+        if params:
+            self._start[index] = self.probe.readings.add(fused_norms(params))
 
     def on_step_skipped(self, index: int, optimizer: Any) -> None:
         self._before.pop(index, None)
 
     def on_step(self, index: int, optimizer: Any) -> None:
-        entry = self._before.pop(index, None)
-        if entry is None:
+        before = self._before.pop(index, None)
+        if before is None:
             return
-        params, before = entry
+        params = self._params[index]
         with torch.no_grad():
             torch._foreach_sub_(before, params)
             values = fused_norms(before) + fused_norms(params)
-        self._pending.append((self.probe.step, index, self.probe.readings.add(values), len(params)))
+        self._pending.append((self.probe._applied[index], index, self.probe.readings.add(values)))
 
     def on_sample(self, step: int, final: bool) -> None:
         pending, self._pending = self._pending, []
-        if not pending:
+        if not pending and not any(isinstance(v, slice) for v in self._start.values()):
             return
         host = self.probe.readings.host()
-        for at, index, read, n in pending:
+        for index, start in list(self._start.items()):
+            if isinstance(start, slice):
+                self._start[index] = host[start]
+        for at, index, read in pending:
             values = host[read]
             if not all(map(math.isfinite, values)):
                 continue  # the non-finite detector's
-            change = math.sqrt(sum(v * v for v in values[:n]))
-            weights = math.sqrt(sum(v * v for v in values[n:]))
-            ratio = change / weights if weights > 0 else 0.0
+            n = len(values) // 2
+            change, weights = values[:n], values[n:]
+            self._blown_up(at, index, weights)
+            ratio, j = max((c / w if w > 0 else 0.0, j) for j, (c, w) in enumerate(zip(change, weights)))
             if ratio < _RATIO_HIGH:
                 self._high[index] = 0
                 continue
             self._high[index] += 1
             if self._high[index] == _RATIO_SAMPLES:
-                where = None if len(self.probe.optimizers) == 1 else f"optimizer{index}"
-                lrs = ", ".join(f"{g['lr']:.3g}" for g in self.probe.optimizers[index].param_groups
-                                if isinstance(g.get("lr"), (int, float)))
+                name = self.probe.param_name(self._params[index][j])
                 self.report(
                     "LP106",
-                    f"the optimizer step changed the weights by {ratio:.2g} of their norm at step {at}, and by "
-                    f"half of it or more at the sample before (a healthy step changes them by about 0.001): "
-                    f"the learning rate ({lrs}) is far too high for this model",
-                    where=where, step=at, ratio=ratio,
+                    f"the optimizer step changed {name} by {ratio:.2g} of its norm at step {at}, and some weight "
+                    f"matrix by a tenth or more at the sample before (a healthy step changes them by about "
+                    f"0.001): the learning rate ({self._lrs(index)}) is far too high for this model",
+                    where=self._where(index), step=at, ratio=ratio, parameter=name,
                 )
+
+    def _blown_up(self, at: int, index: int, weights: list[float]) -> None:
+        start = self._start.get(index)
+        if index in self._grown or at > _EARLY * self.config.every or not isinstance(start, list):
+            return
+        params = self._params[index]
+        grown = sorted(((w / w0, j) for j, (p, w0, w) in enumerate(zip(params, start, weights))
+                        if w0 > _SMALL_RMS * math.sqrt(p.numel())), reverse=True)
+        if len(grown) < 2 or grown[0][0] < _GROWTH or grown[1][0] < _ALSO:
+            return
+        self._grown.add(index)
+        (growth, j), (other, k) = grown[0], grown[1]
+        name = self.probe.param_name(params[j])
+        self.report(
+            "LP106",
+            f"the norm of {name} grew from {start[j]:.3g} to {weights[j]:.3g} ({growth:.0f}x) in the first {at} "
+            f"steps, and that of {self.probe.param_name(params[k])} {other:.1f}x (a healthy run changes them by "
+            f"a few percent): steps far larger than the weights blew them up; the learning rate "
+            f"({self._lrs(index)}) is far too high for this model",
+            where=self._where(index), step=at, growth=growth, parameter=name,
+        )
+
+    def _where(self, index: int) -> str | None:
+        return None if len(self.probe.optimizers) == 1 else f"optimizer{index}"
+
+    def report(self, code: str, message: str, *, where: str | None = None, step: int | None = None,
+               **extra: Any) -> None:
+        if not any(f.code == "LP403" and f.where == where for f in self.probe.findings):
+            super().report(code, message, where=where, step=step, **extra)
+
+    def _lrs(self, index: int) -> str:
+        return ", ".join(f"{g['lr']:.3g}" for g in self.probe.optimizers[index].param_groups
+                         if isinstance(g.get("lr"), (int, float)))

@@ -18,7 +18,8 @@ from loopcheck.probe.stats import RobustLevel
 
 _START = 5  # the starting level: the median of the first losses
 _DIVERGED = 2.0  # the recent median this many times the starting level ...
-_SAMPLES = 2  # ... at this many samples in a row is a divergence
+_SAMPLES = 2  # ... at this many samples in a row is a divergence ...
+_STEADY = 0.35  # ... when the recent losses lie within this of their median (log scale, MAD: about 40 %)
 
 
 class LossSpikeDetector(Detector):
@@ -70,11 +71,14 @@ class LossSpikeDetector(Detector):
 
     def _trend(self, step: int) -> None:
         """LP502, for a single optimizer (a GAN's losses rise and fall by design): the median of the
-        last `every` losses stays `_DIVERGED` times above the median of the first few."""
+        last `every` losses stays `_DIVERGED` times above the lowest of the first few, on a level
+        the losses hold. A loss that jumps by large factors from step to step is not judged: a
+        policy-gradient surrogate (REINFORCE: -log p times the return) scales with the episode's
+        returns, which grow as the policy learns."""
         if len(self.probe.optimizers) != 1 or len(self._recent) < (self._recent.maxlen or 0):
             return
         start, now = min(self._start), statistics.median(self._recent)
-        if not (start > 0 and now >= _DIVERGED * start):
+        if not (start > 0 and now >= _DIVERGED * start and self._steady(now)):
             self._high = 0
             return
         self._high += 1
@@ -86,6 +90,10 @@ class LossSpikeDetector(Detector):
                 f"(a learning rate far too high, or a sign error in the loss)",
                 step=step, start=start, now=now,
             )
+
+    def _steady(self, level: float) -> bool:
+        logs = [math.log(v / level) if v > 0 else -math.inf for v in self._recent]
+        return statistics.median(abs(x) for x in logs) <= _STEADY
 
     def metrics(self) -> dict[str, Any]:
         if not self._values:

@@ -1,10 +1,12 @@
 """LP201 memory that grows step after step; LP202 loss graphs kept alive across steps.
 
 LP202: at each backward a small marker object is stored in the `metadata` dict of the loss's
-autograd node and of the nodes just below it; the node owns that dict, so a weak reference to
-the marker lives exactly as long as the graph node does. A loss appended to a list, or summed
-into a running total without `.item()` / `.detach()`, keeps its node alive; in a correct loop it
-dies within a step or two. What is reported is growth: `_MIN_RETAINED` graphs from different steps
+autograd node and of the nodes just below it, and at the first forward pass of each watched model
+in a step in the node of its output; the node owns that dict, so a weak reference to the marker
+lives exactly as long as the graph node does. A loss appended to a list, or summed into a running
+total without `.item()` / `.detach()`, keeps its node alive, and model outputs kept in a list
+(`preds.append(logits)`) keep theirs, however deep below the loss they sit; in a correct loop
+they die within a step or two. What is reported is growth: `_MIN_RETAINED` graphs from different steps
 alive at once, `retain_steps` after their backward. One graph kept a while (the last loss of an
 epoch held by a variable until the next epoch) is bounded and not a finding.
 
@@ -22,6 +24,7 @@ from typing import Any
 import torch
 
 from loopcheck.probe.detectors.base import Detector
+from loopcheck.probe.stats import float_tensors
 
 _KEY = "loopcheck"
 _MIN_RETAINED = 3  # old graphs alive at the same time before LP202 is reported
@@ -44,6 +47,21 @@ class RetainedGraphDetector(Detector):
         super().__init__(probe)
         self._live: deque[tuple[int, weakref.ref]] = deque()
         self._old: list[tuple[int, weakref.ref]] = []  # graphs past the window, alive when last looked at
+        self._output_step: dict[int, int] = {}  # per model: the step whose output is marked
+
+    def on_forward(self, root: int, module: Any, output: Any) -> None:
+        step = self.probe.step
+        if self._output_step.get(root) == step:
+            return
+        for t in float_tensors(output):
+            node = t.grad_fn
+            if node is not None:
+                self._output_step[root] = step
+                meta = node.metadata
+                if _KEY not in meta:
+                    marker = meta[_KEY] = _Marker(step)
+                    self._live.append((step, weakref.ref(marker)))
+                return
 
     def on_backward(self, tensor: torch.Tensor) -> None:
         node = tensor.grad_fn
@@ -87,10 +105,10 @@ class RetainedGraphDetector(Detector):
             steps = [step for step, _ in self._old]
             self.report(
                 "LP202",
-                f"the autograd graphs of the losses of steps {', '.join(map(str, steps[:3]))}"
+                f"the autograd graphs built at steps {', '.join(map(str, steps[:3]))}"
                 f"{' and later' if len(steps) > 3 else ''} are still alive {self.config.retain_steps}+ steps after "
-                f"their backward: a loss (or output) is kept as a tensor, e.g. appended to a list or summed into "
-                f"a running total; keep loss.item() or loss.detach() instead",
+                f"their backward: a loss or a model output is kept as a tensor, e.g. appended to a list "
+                f"(preds.append(logits)) or summed into a running total; keep loss.item() or output.detach() instead",
             )
             self._old = []
 

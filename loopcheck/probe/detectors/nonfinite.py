@@ -104,7 +104,7 @@ class NonFiniteDetector(Detector):
         # before the update: the parameters of the layers that ran are still those of the forward
         # pass, so they are checked only when localising. On an accelerator the values are read
         # later, after updates, so each step queues its parameter check (one fused kernel).
-        self._eager_state = any(p.device.type != "cpu" for m in probe.models for p in m.parameters())
+        self._eager_state = probe.off_cpu
         if not self.config.localize:
             self.idle = frozenset(("on_forward_pre",))
 

@@ -1,0 +1,30 @@
+"""The detection benchmark's cells: a planted fault is named with its delay, a clean run stays clean."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from probe_detection import CASES, run  # noqa: E402
+
+
+@pytest.mark.parametrize(("fault", "cell"), [
+    ("clean", "clean"),
+    ("lr100", "LP106, 20"),  # Adam at 0.1 blows the MLP's weights up before the first sample
+    ("outputs", "LP202, 23"),
+    ("eval", "LP401, 0"),
+])
+def test_mlp_cells(fault, cell):
+    torch.set_num_threads(1)
+    assert run("mlp", CASES[fault], 50) == cell
+
+
+def test_a_fault_that_needs_float_inputs_is_not_applicable_to_token_ids():
+    assert run("gpt", CASES["nan"], 40) == "n/a (token ids)"
