@@ -171,14 +171,30 @@ class BuilderResolution:
                 for sub in loop.walk() for n in sub.escapes if n in self.bindings
             )
             if has_forward[id(loop)] and not has_backward[id(loop)] and not has_step[id(loop)] and not trains:
-                ancestor = loop.parent
-                inside_batch = False
-                while ancestor is not None:
-                    if ancestor.kind is LoopKind.BATCH:
-                        inside_batch = True
-                    ancestor = ancestor.parent
-                if not inside_batch and not _runs_once(loop) and not _feeds_backward_after(loop, events):
+                batch = _enclosing_batch(loop)
+                if batch is not None and not _evaluates_within(loop, batch):
+                    continue
+                if not _runs_once(loop) and not _feeds_backward_after(loop, events):
                     loop.kind = LoopKind.EVAL
+
+
+def _enclosing_batch(loop: Loop) -> Loop | None:
+    ancestor = loop.parent
+    while ancestor is not None:
+        if ancestor.kind is LoopKind.BATCH:
+            return ancestor
+        ancestor = ancestor.parent
+    return None
+
+
+def _evaluates_within(loop: Loop, batch: Loop) -> bool:
+    """A forward-only loop inside a training step is evaluation when it iterates a loader of its
+    own (`if step % eval_every == 0: for x, y in val_loader: ...`) or a loader from a helper the
+    step calls (`evaluate(model, train_loader)` every N steps); a loop over the batch's parts
+    (micro-batches, the networks of a GAN) is part of the step."""
+    if loop.loader is None or not isinstance(loop.node, cst.For):
+        return False
+    return loop.loader != batch.loader or len(loop.via) > len(batch.via)
 
 
 def _runs_once(loop: Loop) -> bool:

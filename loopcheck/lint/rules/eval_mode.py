@@ -15,7 +15,7 @@ from typing import Iterator
 import libcst as cst
 
 from loopcheck.findings import Finding, Severity
-from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
+from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
 from loopcheck.lint.rules._shared import Trace, exclusive, inside, outermost
 from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule
@@ -91,8 +91,9 @@ def _is_model_forward(model: ModuleModel, event: Event) -> bool:
     return event.kind is K.FORWARD and bool(event.target) and model.role(event.target) in (Role.MODEL, None)
 
 
-def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
-    """Evaluation loops over data, each with its first forward pass of a model."""
+def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
+    """Evaluation loops over data, each with the first forward pass of every network it runs
+    (`encoder(x)` then `decoder(h)`: two networks, each with a mode of its own)."""
     for loop in model.walk_loops():
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
@@ -100,12 +101,25 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
         by_index = loop.iter_text.lstrip().startswith("range(")
         if not iterates_data and not by_index:
             continue
-        forward = next((e for e in model.events if _is_model_forward(model, e) and inside(e, loop)), None)
-        if forward is None or _network_of_the_loop(model, loop, forward):
+        forwards = [e for e in model.events if _is_model_forward(model, e) and inside(e, loop)]
+        if not forwards or _network_of_the_loop(model, loop, forwards[0]):
             continue
-        if by_index and not _HELD_OUT.search(_arguments_text(forward)):
+        if by_index and not _HELD_OUT.search(_arguments_text(forwards[0])):
             continue  # `for i in range(n)`: only a loop slicing held-out data (`X_val[i:i + bs]`) evaluates
-        yield loop, forward
+        firsts: dict[str, Event] = {}
+        for event in forwards:
+            if event.target not in firsts and (event is forwards[0] or not _network_of_the_loop(model, loop, event)):
+                firsts[event.target or ""] = event
+        yield loop, list(firsts.values())
+
+
+def _in_loop_body(forward: Event, loop: Loop) -> Event | CallSite:
+    """Where a forward shows in the evaluation loop's own code: the call of the helper that runs
+    it (`loss = calc_loss_batch(x, y, model)`, a helper training shares), or the forward itself."""
+    depth = len(loop.via)
+    if len(forward.via) > depth and forward.via[:depth] == loop.via:
+        return forward.via[depth]
+    return forward
 
 
 # held-out data named in a forward's arguments: `model(X_val)`, `net(x_test[i:j])`
@@ -160,18 +174,39 @@ def _names_in(target: cst.BaseExpression) -> set[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _last_mode(events: list[Event], target: str) -> Event | None:
-    """The last mode switch in `events` that decides `target`'s mode (a switch of another network
-    to eval mode counts as well: the names may be two handles of one model). An explicit `eval()`
-    of the network itself counts even when its parameters are frozen: it is the switch asked for."""
+def _last_mode(events: list[Event], target: str, others: frozenset[str] = frozenset()) -> Event | None:
+    """The last mode switch in `events` that decides `target`'s mode: a switch of the network
+    itself or of a network it is part of (`model.train()` decides `model.encoder`), or a switch of
+    another network to eval mode (the names may be two handles of one model) unless that network
+    is one of `others`, distinct networks run beside it. An explicit `eval()` of the network
+    itself counts even when its parameters are frozen: it is the switch asked for."""
     for event in reversed(events):
-        if event.kind is K.TRAIN_MODE and _same_model(event.target, target):
+        if event.kind in _MODES and (_same_model(event.target, target) or _part_of(target, event.target)):
             return event
-        if event.kind is K.EVAL_MODE and _same_model(event.target, target):
-            return event
-        if event.kind is K.EVAL_MODE and not event.detail.get("frozen") and "." not in (event.target or "."):
+        if (
+            event.kind is K.EVAL_MODE
+            and not event.detail.get("frozen")
+            and "." not in (event.target or ".")
+            and event.target not in others
+        ):
             return event
     return None
+
+
+def _part_of(name: str | None, whole: str | None) -> bool:
+    """`model.encoder` is part of `model` (and of `model.module`'s network)."""
+    if not name or not whole:
+        return False
+    return any(name.startswith(w + ".") for w in (whole, *(whole + s for s in _WHOLE)))
+
+
+def _roots(names: set[str]) -> frozenset[str]:
+    """The names and the networks they are parts of: `model.encoder` -> also `model`."""
+    found = set(names)
+    for name in names:
+        parts = name.split(".")
+        found.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return frozenset(found)
 
 
 class EvalWithoutEvalMode(Rule):
@@ -182,9 +217,12 @@ class EvalWithoutEvalMode(Rule):
         # the trace runs the entry points (functions of this file, the module body) one after the
         # other: what one of them does says nothing about the mode at the start of another
         trace = Trace.of(ctx)
-        passes = list(_evaluation_loops(model)) + list(_full_batch_evaluations(model, _trained(model)))
-        for loop, forward in passes:
+        passes = [(loop, forward, {f.target or "" for f in forwards})
+                  for loop, forwards in _evaluation_loops(model) for forward in forwards]
+        passes += [(loop, forward, set()) for loop, forward in _full_batch_evaluations(model, _trained(model))]
+        for loop, forward, networks in passes:
             target = forward.target
+            others = _roots(networks - {target or ""}) - _roots({target or ""})
             entry = trace.entry(forward)
             events = [e for e in model.events if trace.entry(e) == entry]
             at = _index(events, forward)
@@ -196,15 +234,15 @@ class EvalWithoutEvalMode(Rule):
             prefix, tail, before = events[first:at], events[at + 1 : last + 1], events[:first]
             backward_in_outer = any(e.kind is K.BACKWARD for e in events[first : last + 1])
 
-            switch = _last_mode(prefix, target)
+            switch = _last_mode(prefix, target, others)
             if switch is not None:
                 states = [(switch, events[_index(events, switch) : at])]
             else:
                 states = []
-                tail_switch = _last_mode(tail, target)
+                tail_switch = _last_mode(tail, target, others)
                 if tail_switch is not None:
                     states.append((tail_switch, events[_index(events, tail_switch) : last + 1] + prefix))
-                pre = _last_mode(before, target)
+                pre = _last_mode(before, target, others)
                 states.append((pre, events[_index(events, pre) if pre else 0 : at]))
 
             for state, between in states:
@@ -220,7 +258,7 @@ class EvalWithoutEvalMode(Rule):
                 built_here = state is not None or _built_here(model, target)
                 yield self.finding(
                     ctx,
-                    forward,
+                    _in_loop_body(forward, loop) if loop.kind is LoopKind.EVAL else forward,
                     (f"the evaluation loop over `{loop.iter_text}` ({cited(loop)})" if loop.kind is LoopKind.EVAL
                      else f"the evaluation pass on held-out data ({cited(forward)})")
                     + f" runs `{target}` in training mode (no `{target}.eval()` since "
@@ -254,14 +292,15 @@ class EvalWithoutNoGrad(Rule):
     code = "LC302"
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for loop, forward in _evaluation_loops(ctx.model):
+        for loop, forwards in _evaluation_loops(ctx.model):
+            forward = forwards[0]
             if forward.no_grad or forward.grad_conditional:
                 continue
             if _NEEDS_GRAPH.search(_loop_source(ctx, loop)):
                 continue
             yield self.finding(
                 ctx,
-                forward,
+                _in_loop_body(forward, loop),
                 f"`{forward.target}` runs forward in the evaluation loop over `{loop.iter_text}` with "
                 f"autograd recording: every batch keeps its activations for a backward that never "
                 f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
@@ -288,6 +327,7 @@ class TrainModeNotRestored(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         model = ctx.model
         trained = _trained(model)
+        run = _trained(model, model.events)  # networks run forward with recording in a batch loop
         for event in model.events:
             if event.kind is not K.EVAL_MODE or event.detail.get("frozen"):
                 continue
@@ -308,8 +348,12 @@ class TrainModeNotRestored(Rule):
             for later in rest + iteration[:at]:
                 if later.kind in _MODES and _same_model(later.target, target):
                     break  # switched again (back to train, or eval again: that one is judged)
-                if later.kind is K.TRAIN_MODE and "." not in (later.target or "."):
+                if later.kind is K.TRAIN_MODE and "." not in (later.target or ".") and not (
+                    later.target in run and target in run
+                ):
                     break  # another handle of the network is switched back: say nothing
+                    # (two networks that both run forward in training, `encoder` and `decoder`,
+                    # are not two handles of one)
                 if later.kind is K.BACKWARD and not _only_with_graph(later):
                     where = "epoch" if loop.kind is not LoopKind.BATCH else "batch"
                     yield self.finding(
