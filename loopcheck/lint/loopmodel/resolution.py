@@ -190,11 +190,15 @@ def _enclosing_batch(loop: Loop) -> Loop | None:
 def _evaluates_within(loop: Loop, batch: Loop) -> bool:
     """A forward-only loop inside a training step is evaluation when it iterates a loader of its
     own (`if step % eval_every == 0: for x, y in val_loader: ...`) or a loader from a helper the
-    step calls (`evaluate(model, train_loader)` every N steps); a loop over the batch's parts
+    step calls (`evaluate(model, train_loader)` every N steps), or generates samples in a helper
+    the step calls; a loop over the batch's parts
     (micro-batches, the networks of a GAN) is part of the step."""
-    if loop.loader is None or not isinstance(loop.node, cst.For):
+    if not isinstance(loop.node, cst.For):
         return False
-    return loop.loader != batch.loader or len(loop.via) > len(batch.via)
+    called = len(loop.via) > len(batch.via)
+    if loop.loader is None:
+        return loop.generates and called  # `if step % 500 == 0: print(generate(model, prompt))`
+    return loop.loader != batch.loader or called
 
 
 def _runs_once(loop: Loop) -> bool:

@@ -16,7 +16,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
-from loopcheck.lint.rules._shared import Trace, exclusive, inside, outermost
+from loopcheck.lint.rules._shared import Trace, exclusive, guard_key, inside, outermost
 from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule
 
@@ -99,12 +99,12 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
             continue
         iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
         by_index = loop.iter_text.lstrip().startswith("range(")
-        if not iterates_data and not by_index:
+        if not iterates_data and not by_index and not loop.generates:
             continue
         forwards = [e for e in model.events if _is_model_forward(model, e) and inside(e, loop)]
         if not forwards or _network_of_the_loop(model, loop, forwards[0]):
             continue
-        if by_index and not _HELD_OUT.search(_arguments_text(forwards[0])):
+        if by_index and not loop.generates and not _HELD_OUT.search(_arguments_text(forwards[0])):
             continue  # `for i in range(n)`: only a loop slicing held-out data (`X_val[i:i + bs]`) evaluates
         firsts: dict[str, Event] = {}
         for event in forwards:
@@ -217,8 +217,10 @@ class EvalWithoutEvalMode(Rule):
         # the trace runs the entry points (functions of this file, the module body) one after the
         # other: what one of them does says nothing about the mode at the start of another
         trace = Trace.of(ctx)
+        # a generation loop of the project (`for _ in range(n)` in `generate`) is left alone: many
+        # generative networks have no dropout or BatchNorm, and sampling in train mode is then harmless
         passes = [(loop, forward, {f.target or "" for f in forwards})
-                  for loop, forwards in _evaluation_loops(model) for forward in forwards]
+                  for loop, forwards in _evaluation_loops(model) if not loop.generates for forward in forwards]
         passes += [(loop, forward, set()) for loop, forward in _full_batch_evaluations(model, _trained(model))]
         for loop, forward, networks in passes:
             target = forward.target
@@ -294,8 +296,8 @@ class EvalWithoutNoGrad(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for loop, forwards in _evaluation_loops(ctx.model):
             forward = forwards[0]
-            if forward.no_grad or forward.grad_conditional:
-                continue
+            if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
+                continue  # a library's `generate` turns recording off itself
             if _NEEDS_GRAPH.search(_loop_source(ctx, loop)):
                 continue
             yield self.finding(
@@ -346,6 +348,8 @@ class TrainModeNotRestored(Rule):
             # the rest of this iteration (minus the other side of the eval()'s `if`), then the next
             rest = [e for e in iteration[at + 1 :] if not exclusive(e, event)]
             for later in rest + iteration[:at]:
+                if later.kind in _MODES and _now_and_then(later, event):
+                    continue  # `if step % eval_every == 0: evaluate()`: not every iteration switches
                 if later.kind in _MODES and _same_model(later.target, target):
                     break  # switched again (back to train, or eval again: that one is judged)
                 if later.kind is K.TRAIN_MODE and "." not in (later.target or ".") and not (
@@ -364,6 +368,13 @@ class TrainModeNotRestored(Rule):
                         f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
                     )
                     break
+
+
+def _now_and_then(later: Event, event: Event) -> bool:
+    """`later` sits under an every-N-steps condition (`step % k == 0`) that `event` is not under:
+    most iterations do not run it."""
+    own = {guard_key(g.text, g.negated) for g in event.guards}
+    return any("%" in g.text and not g.negated and guard_key(g.text, g.negated) not in own for g in later.guards)
 
 
 def _only_with_graph(event: Event) -> bool:
