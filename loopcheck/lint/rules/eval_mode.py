@@ -18,7 +18,7 @@ from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
 from loopcheck.lint.rules._shared import Trace, exclusive, guard_key, inside, outermost
 from loopcheck.lint.rules._display import at as cited
-from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.rules.base import FileContext, Rule, module_nodes
 
 K = EventKind
 _MODES = (K.TRAIN_MODE, K.EVAL_MODE)
@@ -116,8 +116,13 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
 def _in_loop_body(forward: Event, loop: Loop) -> Event | CallSite:
     """Where a forward shows in the evaluation loop's own code: the call of the helper that runs
     it (`loss = calc_loss_batch(x, y, model)`, a helper training shares), or the forward itself."""
-    depth = len(loop.via)
-    if len(forward.via) > depth and forward.via[:depth] == loop.via:
+    return _shown_in(forward, loop.via)
+
+
+def _shown_in(forward: Event, via: tuple[CallSite, ...]) -> Event | CallSite:
+    """The forward, or the call that leads to it from the code reached through `via`."""
+    depth = len(via)
+    if len(forward.via) > depth and forward.via[:depth] == via:
         return forward.via[depth]
     return forward
 
@@ -147,6 +152,58 @@ def _full_batch_evaluations(model: ModuleModel, trained: set[str]) -> Iterator[t
             continue
         if _HELD_OUT.search(_arguments_text(event)):
             yield loop, event
+
+
+# a function called from the training loop to evaluate: `test()`, `evaluate(model)`, `validate_epoch`
+_EVALUATION_FUNCTION = re.compile(r"^_?(test|eval|evaluate|evaluation|valid|validate|validation|val)(_|$)", re.I)
+
+
+def _evaluation_calls(model: ModuleModel, trained: set[str]) -> Iterator[tuple[Loop, Event, CallSite]]:
+    """A trained network run by an evaluation function that the training loop calls and that
+    trains nothing (`train(); acc = test()` in the epoch loop of a full-graph GNN), with no loop
+    over data of its own: each first forward per network and call, with the call."""
+    seen: set[tuple[int, str]] = set()
+    for event in model.events:
+        loop = event.loop
+        if loop is None or loop.kind not in (LoopKind.BATCH, LoopKind.EPOCH) or event.kind is not K.FORWARD:
+            continue
+        depth = len(loop.via)
+        if len(event.via) <= depth or event.via[:depth] != loop.via:
+            continue
+        site = event.via[depth]
+        if not _EVALUATION_FUNCTION.search(site.callee.rsplit(".", 1)[-1]):
+            continue
+        if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
+            continue
+        key = (id(site), event.target or "")
+        if key in seen:
+            continue
+        seen.add(key)
+        called = event.via[: depth + 1]
+        if any(e.kind in (K.BACKWARD, K.STEP) and e.via[: depth + 1] == called for e in model.events):
+            continue  # a shared step that also trains
+        if any(
+            e.kind is K.BACKWARD and e.loop is loop and e.via == loop.via and e.path == site.path and e.line > site.line
+            for e in model.events
+        ):
+            continue  # `loss = val_loss(model, x, y); loss.backward()`: a loss helper of the step, by its name
+        yield loop, event, site
+
+
+def _function_source(event: Event) -> str:
+    """The source of the function the event is written in ("" when unknown)."""
+    if event.module is None:
+        return ""
+    parents = module_nodes(event.module)[1]
+    node = parents.get(id(event.node))
+    while node is not None and not isinstance(node, cst.FunctionDef):
+        node = parents.get(id(node))
+    if node is None:
+        return ""
+    try:
+        return event.module.code_for_node(node)
+    except Exception:  # a node libcst cannot print alone
+        return ""
 
 
 def _network_of_the_loop(model: ModuleModel, loop: Loop, forward: Event) -> bool:
@@ -219,10 +276,16 @@ class EvalWithoutEvalMode(Rule):
         trace = Trace.of(ctx)
         # a generation loop of the project (`for _ in range(n)` in `generate`) is left alone: many
         # generative networks have no dropout or BatchNorm, and sampling in train mode is then harmless
-        passes = [(loop, forward, {f.target or "" for f in forwards})
+        passes = [(loop, forward, {f.target or "" for f in forwards},
+                   f"the evaluation loop over `{loop.iter_text}` ({cited(loop)})", _in_loop_body(forward, loop), "the loop")
                   for loop, forwards in _evaluation_loops(model) if not loop.generates for forward in forwards]
-        passes += [(loop, forward, set()) for loop, forward in _full_batch_evaluations(model, _trained(model))]
-        for loop, forward, networks in passes:
+        passes += [(loop, forward, set(), f"the evaluation pass on held-out data ({cited(forward)})", forward, "it")
+                   for loop, forward in _full_batch_evaluations(model, _trained(model))]
+        passes += [(loop, forward, set(), f"the evaluation in `{site.callee}()` (called on {cited(site)})",
+                    _shown_in(forward, loop.via + (site,)), "it")
+                   for loop, forward, site in _evaluation_calls(model, _trained(model))]
+        reported: set[tuple[str, int, int]] = set()
+        for loop, forward, networks, what, place, where in passes:
             target = forward.target
             others = _roots(networks - {target or ""}) - _roots({target or ""})
             entry = trace.entry(forward)
@@ -258,17 +321,19 @@ class EvalWithoutEvalMode(Rule):
                     continue  # train() right before a forward-only pass: on purpose (BN recalibration)
                 # never switched: the mode at entry is only known when the network is built here
                 built_here = state is not None or _built_here(model, target)
-                yield self.finding(
-                    ctx,
-                    _in_loop_body(forward, loop) if loop.kind is LoopKind.EVAL else forward,
-                    (f"the evaluation loop over `{loop.iter_text}` ({cited(loop)})" if loop.kind is LoopKind.EVAL
-                     else f"the evaluation pass on held-out data ({cited(forward)})")
-                    + f" runs `{target}` in training mode (no `{target}.eval()` since "
-                    + (f"`{state.target}.train()` on {cited(state)}" if state else "it was built")
-                    + "): dropout stays on and BatchNorm uses and updates batch statistics; "
-                    f"call `{target}.eval()` before " + ("the loop" if loop.kind is LoopKind.EVAL else "it"),
-                    severity=None if built_here else Severity.WARNING,
-                )
+                key = (place.path, place.line, place.column)
+                if key not in reported:
+                    reported.add(key)
+                    yield self.finding(
+                        ctx,
+                        place,
+                        what
+                        + f" runs `{target}` in training mode (no `{target}.eval()` since "
+                        + (f"`{state.target}.train()` on {cited(state)}" if state else "it was built")
+                        + "): dropout stays on and BatchNorm uses and updates batch statistics; "
+                        f"call `{target}.eval()` before {where}",
+                        severity=None if built_here else Severity.WARNING,
+                    )
                 break
 
 
@@ -306,6 +371,20 @@ class EvalWithoutNoGrad(Rule):
                 f"`{forward.target}` runs forward in the evaluation loop over `{loop.iter_text}` with "
                 f"autograd recording: every batch keeps its activations for a backward that never "
                 f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
+            )
+        model = ctx.model
+        for loop, forward, site in _evaluation_calls(model, _trained(model)):
+            if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
+                continue
+            if _NEEDS_GRAPH.search(_function_source(forward)):
+                continue
+            yield self.finding(
+                ctx,
+                _shown_in(forward, loop.via + (site,)),
+                f"`{forward.target}` runs forward in `{site.callee}()`, the evaluation called from the "
+                f"training loop ({cited(site)}), with autograd recording: the activations are kept for a "
+                f"backward that never comes; decorate it with `@torch.no_grad()` or wrap its body in "
+                f"`torch.no_grad()`",
             )
 
 
