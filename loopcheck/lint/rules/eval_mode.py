@@ -141,17 +141,31 @@ def _arguments_text(event: Event) -> str:
         return ""
 
 
-def _full_batch_evaluations(model: ModuleModel, trained: set[str]) -> Iterator[tuple[Loop, Event]]:
-    """A trained network run once on held-out data under no_grad in the epoch loop
-    (`val_loss = criterion(model(X_val), y_val)`): an evaluation without a loop of its own."""
+def _full_batch_evaluations(model: ModuleModel, trained: set[str], recording: bool = False) -> Iterator[tuple[Loop, Event]]:
+    """A trained network run once on held-out data in the epoch loop, or every N steps in the step
+    loop (`val_loss = criterion(model(X_val), y_val)`, `model(next(val_iter))`): an evaluation
+    without a loop of its own. Under no_grad (the evaluation sign LC301 reads), or, with
+    `recording`, without it and with nothing backpropagated after it in that loop."""
     for event in model.events:
         loop = event.loop
-        if loop is None or loop.kind is not LoopKind.EPOCH or not event.no_grad:
+        if loop is None or event.no_grad is recording:
+            continue
+        periodic = loop.kind is LoopKind.BATCH and any("%" in g.text and not g.negated for g in event.guards)
+        if loop.kind is not LoopKind.EPOCH and not periodic:
             continue
         if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
             continue
-        if _HELD_OUT.search(_arguments_text(event)):
-            yield loop, event
+        if not _HELD_OUT.search(_arguments_text(event)):
+            continue
+        if recording and (event.grad_conditional or _backward_after(model, event)):
+            continue
+        yield loop, event
+
+
+def _backward_after(model: ModuleModel, event: Event) -> bool:
+    """A backward written in the same loop body after `event` (its output may feed it)."""
+    at = _index(model.events, event)
+    return any(e.kind is K.BACKWARD and e.loop is event.loop and e.via == event.via for e in model.events[at + 1 :])
 
 
 # a function called from the training loop to evaluate: `test()`, `evaluate(model)`, `validate_epoch`
@@ -373,6 +387,14 @@ class EvalWithoutNoGrad(Rule):
                 f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
             )
         model = ctx.model
+        for loop, forward in _full_batch_evaluations(model, _trained(model), recording=True):
+            yield self.finding(
+                ctx,
+                forward,
+                f"`{forward.target}` runs forward on held-out data with autograd recording, and "
+                f"nothing backpropagates it: the activations are kept for a backward "
+                f"that never comes; wrap the evaluation in `torch.no_grad()`",
+            )
         for loop, forward, site in _evaluation_calls(model, _trained(model)):
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
                 continue
