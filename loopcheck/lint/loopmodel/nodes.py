@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from loopcheck.lint.loopmodel.units import _Unit
 
 
-_MAX_DEPTH = 5  # inlined call depth (an entry, a training loop, an evaluation, its loop over a loader, the loss helper)
+_MAX_DEPTH = 4  # inlined call depth
 _MAX_PATHS = 64  # traces per loop iteration
 _MAX_INLINED = 3000  # inlined calls per file: helpers calling helpers many times stay bounded
 _SKIP_ENTRY_METHODS = frozenset({"forward", "__repr__", "__str__", "extra_repr", "__len__", "__getitem__"})

@@ -6,7 +6,7 @@ import re
 
 import libcst as cst
 
-from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind
+from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
     _dotted,
@@ -520,7 +520,9 @@ _GENERATION_FUNCTION = re.compile(r"generat|sampl|decod|greedy|beam", re.I)
 
 def _generation_loop(frame: _Frame, iter_text: str, stmt: cst.For) -> bool:
     """A counted loop in a generation function (`for t in reversed(range(steps))` in `sample`),
-    unless it keeps log-probabilities for a policy-gradient backward."""
+    unless it keeps log-probabilities for a policy-gradient backward or is a method of a network."""
+    if frame.cls is not None and frame.cls.kind() is Role.MODEL:
+        return False  # a network's own decoding steps (`vae.tiled_decode`): its callers choose no_grad
     return (
         "range(" in iter_text
         and bool(_GENERATION_FUNCTION.search(frame.name.rsplit(".", 1)[-1]))

@@ -73,7 +73,7 @@ def _trained(model: ModuleModel, events: list[Event] | None = None) -> set[str]:
 def _trains(e: Event) -> bool:
     """A forward pass with autograd recording, in a batch loop."""
     in_batch = e.loop is not None and e.loop.kind is LoopKind.BATCH
-    return bool(e.kind is K.FORWARD and e.target and not e.no_grad and in_batch)
+    return bool(e.kind is K.FORWARD and e.target and not e.no_grad and in_batch and not e.detail.get("generate"))
 
 
 def _is_trained(name: str | None, trained: set[str]) -> bool:
@@ -117,6 +117,14 @@ def _in_loop_body(forward: Event, loop: Loop) -> Event | CallSite:
     """Where a forward shows in the evaluation loop's own code: the call of the helper that runs
     it (`loss = calc_loss_batch(x, y, model)`, a helper training shares), or the forward itself."""
     return _shown_in(forward, loop.via)
+
+
+def _in_file(place: Event | CallSite, forward: Event, path: str) -> Event | CallSite:
+    """`place`, or when it is in another module (`from test import validation`), the last call on
+    the way to the forward that is written in the linted file: the evaluation that file runs."""
+    if place.path == path:
+        return place
+    return next((site for site in reversed(forward.via) if site.path == path), place)
 
 
 def _shown_in(forward: Event, via: tuple[CallSite, ...]) -> Event | CallSite:
@@ -335,6 +343,7 @@ class EvalWithoutEvalMode(Rule):
                     continue  # train() right before a forward-only pass: on purpose (BN recalibration)
                 # never switched: the mode at entry is only known when the network is built here
                 built_here = state is not None or _built_here(model, target)
+                place = _in_file(place, forward, ctx.path)
                 key = (place.path, place.line, place.column)
                 if key not in reported:
                     reported.add(key)
@@ -381,7 +390,7 @@ class EvalWithoutNoGrad(Rule):
                 continue
             yield self.finding(
                 ctx,
-                _in_loop_body(forward, loop),
+                _in_file(_in_loop_body(forward, loop), forward, ctx.path),
                 f"`{forward.target}` runs forward in the evaluation loop over `{loop.iter_text}` with "
                 f"autograd recording: every batch keeps its activations for a backward that never "
                 f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
@@ -390,7 +399,7 @@ class EvalWithoutNoGrad(Rule):
         for loop, forward in _full_batch_evaluations(model, _trained(model), recording=True):
             yield self.finding(
                 ctx,
-                forward,
+                _in_file(forward, forward, ctx.path),
                 f"`{forward.target}` runs forward on held-out data with autograd recording, and "
                 f"nothing backpropagates it: the activations are kept for a backward "
                 f"that never comes; wrap the evaluation in `torch.no_grad()`",
@@ -402,7 +411,7 @@ class EvalWithoutNoGrad(Rule):
                 continue
             yield self.finding(
                 ctx,
-                _shown_in(forward, loop.via + (site,)),
+                _in_file(_shown_in(forward, loop.via + (site,)), forward, ctx.path),
                 f"`{forward.target}` runs forward in `{site.callee}()`, the evaluation called from the "
                 f"training loop ({cited(site)}), with autograd recording: the activations are kept for a "
                 f"backward that never comes; decorate it with `@torch.no_grad()` or wrap its body in "
@@ -454,7 +463,7 @@ class TrainModeNotRestored(Rule):
                 if later.kind in _MODES and _same_model(later.target, target):
                     break  # switched again (back to train, or eval again: that one is judged)
                 if later.kind is K.TRAIN_MODE and "." not in (later.target or ".") and not (
-                    later.target in run and target in run
+                    later.target in run and target in run and not _wrapped(model, later.target, target)
                 ):
                     break  # another handle of the network is switched back: say nothing
                     # (two networks that both run forward in training, `encoder` and `decoder`,
@@ -469,6 +478,16 @@ class TrainModeNotRestored(Rule):
                         f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
                     )
                     break
+
+
+def _wrapped(model: ModuleModel, a: str | None, b: str | None) -> bool:
+    """One of the two names wraps the other (`engine, ... = deepspeed.initialize(model=net)`,
+    `ddp = DistributedDataParallel(net)`): one network."""
+    for outer, inner in ((a, b), (b, a)):
+        binding = model.bindings.get(outer or "")
+        if binding is not None and binding.detail.get("wraps") == inner:
+            return True
+    return False
 
 
 def _now_and_then(later: Event, event: Event) -> bool:
