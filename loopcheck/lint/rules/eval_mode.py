@@ -253,14 +253,33 @@ def _names_in(target: cst.BaseExpression) -> set[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _last_mode(events: list[Event], target: str, others: frozenset[str] = frozenset()) -> Event | None:
+def _handles(model: ModuleModel, target: str | None, others: frozenset[str] = frozenset()) -> set[str]:
+    """`target` and the other names of its network: a wrapper of it or the network it wraps, a
+    name bound to the same constructor call (`self.net = MLP()`; `self.model = DDP(self.net)` or
+    `self.model = self.net`), minus the networks known to be distinct (`others`)."""
+    found = {target} if target else set()
+    binding = model.bindings.get(target or "")
+    if binding is None:
+        return found
+    for name, other in model.bindings.items():
+        if name in others or other.role is not Role.MODEL:
+            continue
+        if other.detail.get("wraps") == target or binding.detail.get("wraps") == name:
+            found.add(name)
+        elif binding.call is not None and other.call is binding.call:
+            found.add(name)
+    return found
+
+
+def _last_mode(events: list[Event], target: str, others: frozenset[str] = frozenset(),
+               handles: set[str] | None = None) -> Event | None:
     """The last mode switch in `events` that decides `target`'s mode: a switch of the network
     itself or of a network it is part of (`model.train()` decides `model.encoder`), or a switch of
     another network to eval mode (the names may be two handles of one model) unless that network
     is one of `others`, distinct networks run beside it. An explicit `eval()` of the network
     itself counts even when its parameters are frozen: it is the switch asked for."""
     for event in reversed(events):
-        if event.kind in _MODES and (_same_model(event.target, target) or _part_of(target, event.target)):
+        if event.kind in _MODES and any(_same_model(event.target, t) or _part_of(t, event.target) for t in handles or {target}):
             return event
         if (
             event.kind is K.EVAL_MODE
@@ -321,21 +340,22 @@ class EvalWithoutEvalMode(Rule):
             prefix, tail, before = events[first:at], events[at + 1 : last + 1], events[:first]
             backward_in_outer = any(e.kind is K.BACKWARD for e in events[first : last + 1])
 
-            switch = _last_mode(prefix, target, others)
+            handles = _handles(model, target, others)
+            switch = _last_mode(prefix, target, others, handles)
             if switch is not None:
                 states = [(switch, events[_index(events, switch) : at])]
             else:
                 states = []
-                tail_switch = _last_mode(tail, target, others)
+                tail_switch = _last_mode(tail, target, others, handles)
                 if tail_switch is not None:
                     states.append((tail_switch, events[_index(events, tail_switch) : last + 1] + prefix))
-                pre = _last_mode(before, target, others)
+                pre = _last_mode(before, target, others, handles)
                 states.append((pre, events[_index(events, pre) if pre else 0 : at]))
 
             for state, between in states:
                 if state is None:
                     # never switched: a network built in train mode, trained here, evaluated as is
-                    if not _is_trained(target, _trained(model, events)):
+                    if not any(_is_trained(t, _trained(model, events)) for t in handles):
                         continue
                 elif _mode_of(state) != "train":
                     continue
