@@ -108,7 +108,9 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
             continue  # `for i in range(n)`: only a loop slicing held-out data (`X_val[i:i + bs]`) evaluates
         firsts: dict[str, Event] = {}
         for event in forwards:
-            if event.target not in firsts and (event is forwards[0] or not _network_of_the_loop(model, loop, event)):
+            if event.target not in firsts and (
+                event is forwards[0] or _known_network(model, event.target) and not _network_of_the_loop(model, loop, event)
+            ):
                 firsts[event.target or ""] = event
         yield loop, list(firsts.values())
 
@@ -195,8 +197,8 @@ def _evaluation_calls(model: ModuleModel, trained: set[str]) -> Iterator[tuple[L
         site = event.via[depth]
         if not _EVALUATION_FUNCTION.search(site.callee.rsplit(".", 1)[-1]):
             continue
-        if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
-            continue
+        if not _known_network(model, event.target) or not _is_trained(event.target, trained):
+            continue  # a known network: `config.model_dump()` in `evaluate()` is no forward pass
         key = (id(site), event.target or "")
         if key in seen:
             continue
@@ -210,6 +212,18 @@ def _evaluation_calls(model: ModuleModel, trained: set[str]) -> Iterator[tuple[L
         ):
             continue  # `loss = val_loss(model, x, y); loss.backward()`: a loss helper of the step, by its name
         yield loop, event, site
+
+
+def _known_network(model: ModuleModel, name: str | None) -> bool:
+    """A network by more than its name: built by a constructor, used as one, or what an optimizer updates."""
+    binding = model.bindings.get(name or "")
+    if binding is None or binding.role is not Role.MODEL:
+        return False
+    if binding.evidence != "name":
+        return True
+    return any(
+        name in (b.detail.get("params_of") or ()) for b in model.bindings.values() if b.role is Role.OPTIMIZER
+    )
 
 
 def _function_source(event: Event) -> str:
@@ -274,13 +288,16 @@ def _handles(model: ModuleModel, target: str | None, others: frozenset[str] = fr
 def _last_mode(events: list[Event], target: str, others: frozenset[str] = frozenset(),
                handles: set[str] | None = None) -> Event | None:
     """The last mode switch in `events` that decides `target`'s mode: a switch of the network
-    itself or of a network it is part of (`model.train()` decides `model.encoder`), or a switch of
+    itself, of a network it is part of (`model.train()` decides `model.encoder`) or of one of its
+    parts (the part that trains when the rest is frozen), or a switch of
     another network to eval mode (the names may be two handles of one model) unless that network
     is one of `others`, distinct networks run beside it. An explicit `eval()` of the network
     itself counts even when its parameters are frozen: it is the switch asked for."""
     for event in reversed(events):
         if event.kind in _MODES and any(_same_model(event.target, t) or _part_of(t, event.target) for t in handles or {target}):
             return event
+        if event.kind in _MODES and any(_part_of(event.target, t) for t in handles or {target}):
+            return event  # `model.saes.eval()`: the part that trains is switched, the rest is frozen
         if (
             event.kind is K.EVAL_MODE
             and not event.detail.get("frozen")
