@@ -332,11 +332,13 @@ class EvalWithoutEvalMode(Rule):
         # the trace runs the entry points (functions of this file, the module body) one after the
         # other: what one of them does says nothing about the mode at the start of another
         trace = Trace.of(ctx)
-        # a generation loop of the project (`for _ in range(n)` in `generate`) is left alone: many
-        # generative networks have no dropout or BatchNorm, and sampling in train mode is then harmless
+        # a generation loop of the project (`for _ in range(n)` in `generate`) only counts when the
+        # code that calls it switches the network back to train() after it: many generative networks
+        # have no dropout or BatchNorm, and sampling in train mode is then harmless
         passes = [(loop, forward, {f.target or "" for f in forwards},
                    f"the evaluation loop over `{loop.iter_text}` ({cited(loop)})", _in_loop_body(forward, loop), "the loop")
-                  for loop, forwards in _evaluation_loops(model) if not loop.generates for forward in forwards]
+                  for loop, forwards in _evaluation_loops(model) for forward in forwards
+                  if not loop.generates or _train_after(model, loop, forward)]
         passes += [(loop, forward, set(), f"the evaluation pass on held-out data ({cited(forward)})", forward, "it")
                    for loop, forward in _full_batch_evaluations(model, _trained(model))]
         passes += [(loop, forward, set(), f"the evaluation in `{site.callee}()` (called on {cited(site)})",
@@ -395,6 +397,22 @@ class EvalWithoutEvalMode(Rule):
                         severity=None if built_here else Severity.WARNING,
                     )
                 break
+
+
+def _train_after(model: ModuleModel, loop: Loop, forward: Event) -> bool:
+    """A function on the way to the loop switches the network to train() after it, before any
+    backward: the code expects to have left train mode for the loop."""
+    handles = _handles(model, forward.target)
+    for event in model.events[_index(model.events, forward) + 1 :]:
+        if event.kind is K.BACKWARD:
+            return False
+        if (
+            event.kind is K.TRAIN_MODE
+            and any(_same_model(event.target, t) for t in handles)
+            and loop.via[: len(event.via)] == event.via
+        ):
+            return True
+    return False
 
 
 def _built_here(model: ModuleModel, target: str | None) -> bool:
