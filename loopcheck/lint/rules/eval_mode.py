@@ -527,8 +527,10 @@ class TrainModeNotRestored(Rule):
                     where = "epoch" if loop.kind is not LoopKind.BATCH else "batch"
                     yield self.finding(
                         ctx,
-                        event,
-                        f"`{target}.eval()` in the {where} loop is never undone: the next backward "
+                        _in_file(event, event, ctx.path),
+                        f"`{target}.eval()` "
+                        + (f"({cited(event)}, reached from this call) " if event.path != ctx.path else "")
+                        + f"in the {where} loop is never undone: the next backward "
                         f"({cited(later)}) trains `{target}` in eval mode, with dropout off and "
                         f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
                     )
