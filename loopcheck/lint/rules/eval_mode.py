@@ -214,11 +214,16 @@ def _evaluation_calls(model: ModuleModel, trained: set[str]) -> Iterator[tuple[L
         yield loop, event, site
 
 
+_LOSS_LIKE = re.compile(r"loss|criterion", re.I)
+
+
 def _known_network(model: ModuleModel, name: str | None) -> bool:
     """A network by more than its name: built by a constructor, used as one, or what an optimizer updates."""
     binding = model.bindings.get(name or "")
     if binding is None or binding.role is not Role.MODEL:
         return False
+    if _LOSS_LIKE.search(f"{binding.cls or ''} {name}"):
+        return False  # a loss module of the project (`CrossEntropyLoss2d`): no mode of interest
     if binding.evidence != "name":
         return True
     return any(
