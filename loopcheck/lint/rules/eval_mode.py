@@ -155,7 +155,8 @@ def _full_batch_evaluations(model: ModuleModel, trained: set[str], recording: bo
     """A trained network run once on held-out data in the epoch loop, or every N steps in the step
     loop (`val_loss = criterion(model(X_val), y_val)`, `model(next(val_iter))`): an evaluation
     without a loop of its own. Under no_grad (the evaluation sign LC301 reads), or, with
-    `recording`, without it and with nothing backpropagated after it in that loop."""
+    `recording`, without it and with nothing backpropagated after it in that loop (then samples
+    of a generator from its fixed input, `netG(fixed_noise)`, count as well)."""
     for event in model.events:
         loop = event.loop
         if loop is None or event.no_grad is recording:
@@ -165,11 +166,16 @@ def _full_batch_evaluations(model: ModuleModel, trained: set[str], recording: bo
             continue
         if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
             continue
-        if not _HELD_OUT.search(_arguments_text(event)):
+        arguments = _arguments_text(event)
+        if not _HELD_OUT.search(arguments) and not (recording and _FIXED_INPUT.search(arguments)):
             continue
         if recording and (event.grad_conditional or _backward_after(model, event)):
             continue
         yield loop, event
+
+
+# the fixed input a generative model is sampled from every epoch to watch its progress
+_FIXED_INPUT = re.compile(r"(?<![A-Za-z])fixed(?![a-z])", re.I)
 
 
 def _backward_after(model: ModuleModel, event: Event) -> bool:
@@ -460,8 +466,8 @@ class EvalWithoutNoGrad(Rule):
             yield self.finding(
                 ctx,
                 _in_file(forward, forward, ctx.path),
-                f"`{forward.target}` runs forward on held-out data with autograd recording, and "
-                f"nothing backpropagates it: the activations are kept for a backward "
+                f"`{forward.target}` runs an evaluation forward (on held-out data or a fixed sampling "
+                f"input) with autograd recording, and nothing backpropagates it: the activations are kept for a backward "
                 f"that never comes; wrap the evaluation in `torch.no_grad()`",
             )
         for loop, forward, site in _evaluation_calls(model, _trained(model)):
