@@ -334,6 +334,16 @@ class BuilderCalls:
         self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call)
         return True
 
+    def _m_generate(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
+        """`model.generate(inputs)` of a library model: forward passes that produce outputs (run under
+        no_grad by the library itself; the mode is still the caller's). A forward only when the
+        receiver is known as a model: the name alone does not make one."""
+        name = self.target(recv, frame)
+        if name is None:
+            return False
+        self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call, generate=True)
+        return True
+
     def _m_set_epoch(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
         self.event(EventKind.SET_EPOCH, name, call, frame, pending="set_epoch",

@@ -165,6 +165,10 @@ class Loop(_Placed):
     # "return" or "raise"; parallel to `traces`
     trace_ends: list[str | None] = field(default_factory=list)
     module: cst.Module | None = field(default=None, repr=False, compare=False)  # where `node` lives
+    # a step-by-step generation loop (`for _ in range(max_new_tokens)` in `generate`, the
+    # denoising steps of `sample`): a forward pass that produces outputs, evaluation when nothing
+    # in it trains
+    generates: bool = False
     # canonical names passed to calls the model could not follow (an unknown helper may reset or
     # step them): rules that need to see every use of an object stay silent when it escapes
     escapes: set[str] = field(default_factory=set)

@@ -166,6 +166,8 @@ class BuilderInlining:
         key = id(fdef)
         self.covered.add(key)
         if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack) or self.inlined >= _MAX_INLINED:
+            if frame.depth >= _MAX_DEPTH:
+                self._forward_beyond_depth(call, fdef, frame)
             return
         self.inlined += 1
         env: dict[str, str] = {}
@@ -229,6 +231,23 @@ class BuilderInlining:
                 # which one is built depends on the arguments, so none is known
                 chosen = _Value(chosen.canon, chosen.elems, chosen.dict, chosen.divided)
             self.call_values[id(site_call or call)] = chosen
+
+    def _forward_beyond_depth(self, call: cst.Call, fdef: cst.FunctionDef, frame: _Frame) -> None:
+        """A helper past the inlining depth that calls a network it is handed
+        (`loss = calc_loss_batch(x, y, model)`, whose body runs `model(x)`): one forward pass of
+        that network at the call, so an evaluation loop deep in helpers still has its forward."""
+        params = [p.name.value for p in list(fdef.params.posonly_params) + list(fdef.params.params)]
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        called = _called_names(fdef)
+        for i, name in enumerate(params):
+            arg = positional[i] if i < len(positional) else keywords.get(name)
+            if arg is None or name not in called:
+                continue
+            target = self.target(arg, frame)
+            if target:
+                self.event(EventKind.FORWARD, target, call, frame, pending="forward", call=call)
+                return
 
     def _decorators(self, fdef: cst.FunctionDef, frame: _Frame) -> None:
         for dec in fdef.decorators:
@@ -359,3 +378,8 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
     if type(named) is cst.Call and _dotted(named.func) == "dict":
         return [a for a in named.args if a.keyword is not None]
     return []
+
+
+def _called_names(fdef: cst.FunctionDef) -> set[str]:
+    """Names called directly in a function's body (`model(x)`)."""
+    return {n.func.value for n in _nodes_under(fdef.body) if type(n) is cst.Call and type(n.func) is cst.Name}

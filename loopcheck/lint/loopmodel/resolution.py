@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -171,14 +172,42 @@ class BuilderResolution:
                 for sub in loop.walk() for n in sub.escapes if n in self.bindings
             )
             if has_forward[id(loop)] and not has_backward[id(loop)] and not has_step[id(loop)] and not trains:
-                ancestor = loop.parent
-                inside_batch = False
-                while ancestor is not None:
-                    if ancestor.kind is LoopKind.BATCH:
-                        inside_batch = True
-                    ancestor = ancestor.parent
-                if not inside_batch and not _runs_once(loop) and not _feeds_backward_after(loop, events):
+                batch = _enclosing_batch(loop)
+                if batch is not None and not _evaluates_within(loop, batch, self.bindings):
+                    continue
+                if not _runs_once(loop) and not _feeds_backward_after(loop, events):
                     loop.kind = LoopKind.EVAL
+
+
+def _enclosing_batch(loop: Loop) -> Loop | None:
+    ancestor = loop.parent
+    while ancestor is not None:
+        if ancestor.kind is LoopKind.BATCH:
+            return ancestor
+        ancestor = ancestor.parent
+    return None
+
+
+# an iterable of held-out data or a loader by its name (`val_loader`, `test_set`, `eval_iter`,
+# `epoch_iterator = tqdm(loader)`)
+_HELD_OUT_DATA = re.compile(r"loader|\bdl\b|_dl\b|val|test|eval|dataset|iterator", re.I)
+
+
+def _evaluates_within(loop: Loop, batch: Loop, bindings: dict[str, Binding]) -> bool:
+    """A forward-only loop inside a training step is evaluation when it iterates a loader of its
+    own (`if step % eval_every == 0: for x, y in val_loader: ...`) or a loader from a helper the
+    step calls (`evaluate(model, train_loader)` every N steps), or generates samples in a helper
+    the step calls; a loop over the batch's parts
+    (micro-batches, the networks of a GAN) is part of the step."""
+    if not isinstance(loop.node, cst.For):
+        return False
+    called = len(loop.via) > len(batch.via)
+    if loop.loader is None:
+        return loop.generates and called  # `if step % 500 == 0: print(generate(model, prompt))`
+    binding = bindings.get(loop.loader)
+    if not (binding is not None and binding.role is Role.LOADER or _HELD_OUT_DATA.search(loop.iter_text)):
+        return False  # `for crop in crops: student(crop)`: the views of one batch
+    return loop.loader != batch.loader or called
 
 
 def _runs_once(loop: Loop) -> bool:

@@ -6,7 +6,7 @@ import re
 
 import libcst as cst
 
-from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind
+from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
     _dotted,
@@ -211,6 +211,7 @@ class BuilderStatements:
         loop = Loop(kind=LoopKind.OTHER, node=stmt, path=frame.unit.path, module=frame.unit.module, parent=parent, via=frame.via,
                     iter_text=frame.unit.text(iter_node))
         loop.loader = self._loader_of(iter_node, frame) if type(stmt) is cst.For else None
+        loop.generates = type(stmt) is cst.For and _generation_loop(frame, loop.iter_text, stmt)
         if loop.loader:
             self.candidates.setdefault(loop.loader, frame.unit.path)
         (parent.children if parent is not None else self.loops).append(loop)
@@ -515,3 +516,19 @@ def _entered_context(call: cst.Call) -> cst.BaseExpression | None:
     if type(func) is cst.Attribute and func.attr.value == "enter_context" and len(call.args) == 1:
         return call.args[0].value
     return None
+
+
+# functions that produce outputs step by step: `generate`, `sample`, `p_sample_loop`, `greedy_decode`
+_GENERATION_FUNCTION = re.compile(r"generat|sampl|decod|greedy|beam", re.I)
+
+
+def _generation_loop(frame: _Frame, iter_text: str, stmt: cst.For) -> bool:
+    """A counted loop in a generation function (`for t in reversed(range(steps))` in `sample`),
+    unless it keeps log-probabilities for a policy-gradient backward or is a method of a network."""
+    if frame.cls is not None and frame.cls.kind() is Role.MODEL:
+        return False  # a network's own decoding steps (`vae.tiled_decode`): its callers choose no_grad
+    return (
+        "range(" in iter_text
+        and bool(_GENERATION_FUNCTION.search(frame.name.rsplit(".", 1)[-1]))
+        and "log_prob" not in frame.unit.text(stmt.body)
+    )

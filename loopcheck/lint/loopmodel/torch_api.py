@@ -153,6 +153,7 @@ METHOD_EVENTS = {
     "train": "_m_mode",
     "eval": "_m_mode",
     "forward": "_m_forward",
+    "generate": "_m_generate",  # a library model's generation (Hugging Face `model.generate(...)`)
     "set_epoch": "_m_set_epoch",
     "load_state_dict": "_m_load_state_dict",
     "requires_grad_": "_m_requires_grad_",

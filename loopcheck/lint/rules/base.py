@@ -29,7 +29,7 @@ from loopcheck.lint.rules._display import cite, user_names
 from loopcheck.lint.syntax import child_nodes, classes_of, module_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
 
 if TYPE_CHECKING:
-    from loopcheck.lint.loopmodel import Event
+    from loopcheck.lint.loopmodel import CallSite, Event
 
 __all__ = ["REGISTRY", "FileContext", "Rule", "Span", "all_rules", "required_pattern"]
 
@@ -69,7 +69,7 @@ class Rule:
     def finding(
         self,
         ctx: FileContext,
-        at: "Event | cst.CSTNode | Span",
+        at: "Event | CallSite | cst.CSTNode | Span",
         message: str,
         fix: dict[str, Any] | None = None,
         severity: Severity | None = None,
@@ -79,7 +79,7 @@ class Rule:
         path = ctx.path
         if isinstance(at, Span):
             span = at
-        elif hasattr(at, "kind") and hasattr(at, "end_column"):  # an Event (possibly in another file)
+        elif hasattr(at, "path") and hasattr(at, "end_column"):  # an Event or a CallSite (possibly in another file)
             span = Span(at.line, at.column, at.end_line, at.end_column)
             path = at.path
         else:

@@ -15,10 +15,10 @@ from typing import Iterator
 import libcst as cst
 
 from loopcheck.findings import Finding, Severity
-from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
-from loopcheck.lint.rules._shared import Trace, exclusive, inside, outermost
+from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
+from loopcheck.lint.rules._shared import Trace, exclusive, guard_key, inside, outermost
 from loopcheck.lint.rules._display import at as cited
-from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.rules.base import FileContext, Rule, module_nodes
 
 K = EventKind
 _MODES = (K.TRAIN_MODE, K.EVAL_MODE)
@@ -73,7 +73,7 @@ def _trained(model: ModuleModel, events: list[Event] | None = None) -> set[str]:
 def _trains(e: Event) -> bool:
     """A forward pass with autograd recording, in a batch loop."""
     in_batch = e.loop is not None and e.loop.kind is LoopKind.BATCH
-    return bool(e.kind is K.FORWARD and e.target and not e.no_grad and in_batch)
+    return bool(e.kind is K.FORWARD and e.target and not e.no_grad and in_batch and not e.detail.get("generate"))
 
 
 def _is_trained(name: str | None, trained: set[str]) -> bool:
@@ -91,21 +91,50 @@ def _is_model_forward(model: ModuleModel, event: Event) -> bool:
     return event.kind is K.FORWARD and bool(event.target) and model.role(event.target) in (Role.MODEL, None)
 
 
-def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, Event]]:
-    """Evaluation loops over data, each with its first forward pass of a model."""
+def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
+    """Evaluation loops over data, each with the first forward pass of every network it runs
+    (`encoder(x)` then `decoder(h)`: two networks, each with a mode of its own)."""
     for loop in model.walk_loops():
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
         iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
         by_index = loop.iter_text.lstrip().startswith("range(")
-        if not iterates_data and not by_index:
+        if not iterates_data and not by_index and not loop.generates:
             continue
-        forward = next((e for e in model.events if _is_model_forward(model, e) and inside(e, loop)), None)
-        if forward is None or _network_of_the_loop(model, loop, forward):
+        forwards = [e for e in model.events if _is_model_forward(model, e) and inside(e, loop)]
+        if not forwards or _network_of_the_loop(model, loop, forwards[0]):
             continue
-        if by_index and not _HELD_OUT.search(_arguments_text(forward)):
+        if by_index and not loop.generates and not _HELD_OUT.search(_arguments_text(forwards[0])):
             continue  # `for i in range(n)`: only a loop slicing held-out data (`X_val[i:i + bs]`) evaluates
-        yield loop, forward
+        firsts: dict[str, Event] = {}
+        for event in forwards:
+            if event.target not in firsts and (
+                event is forwards[0] or _known_network(model, event.target) and not _network_of_the_loop(model, loop, event)
+            ):
+                firsts[event.target or ""] = event
+        yield loop, list(firsts.values())
+
+
+def _in_loop_body(forward: Event, loop: Loop) -> Event | CallSite:
+    """Where a forward shows in the evaluation loop's own code: the call of the helper that runs
+    it (`loss = calc_loss_batch(x, y, model)`, a helper training shares), or the forward itself."""
+    return _shown_in(forward, loop.via)
+
+
+def _in_file(place: Event | CallSite, forward: Event, path: str) -> Event | CallSite:
+    """`place`, or when it is in another module (`from test import validation`), the last call on
+    the way to the forward that is written in the linted file: the evaluation that file runs."""
+    if place.path == path:
+        return place
+    return next((site for site in reversed(forward.via) if site.path == path), place)
+
+
+def _shown_in(forward: Event, via: tuple[CallSite, ...]) -> Event | CallSite:
+    """The forward, or the call that leads to it from the code reached through `via`."""
+    depth = len(via)
+    if len(forward.via) > depth and forward.via[:depth] == via:
+        return forward.via[depth]
+    return forward
 
 
 # held-out data named in a forward's arguments: `model(X_val)`, `net(x_test[i:j])`
@@ -122,17 +151,106 @@ def _arguments_text(event: Event) -> str:
         return ""
 
 
-def _full_batch_evaluations(model: ModuleModel, trained: set[str]) -> Iterator[tuple[Loop, Event]]:
-    """A trained network run once on held-out data under no_grad in the epoch loop
-    (`val_loss = criterion(model(X_val), y_val)`): an evaluation without a loop of its own."""
+def _full_batch_evaluations(model: ModuleModel, trained: set[str], recording: bool = False) -> Iterator[tuple[Loop, Event]]:
+    """A trained network run once on held-out data in the epoch loop, or every N steps in the step
+    loop (`val_loss = criterion(model(X_val), y_val)`, `model(next(val_iter))`): an evaluation
+    without a loop of its own. Under no_grad (the evaluation sign LC301 reads), or, with
+    `recording`, without it and with nothing backpropagated after it in that loop (then samples
+    of a generator from its fixed input, `netG(fixed_noise)`, count as well)."""
     for event in model.events:
         loop = event.loop
-        if loop is None or loop.kind is not LoopKind.EPOCH or not event.no_grad:
+        if loop is None or event.no_grad is recording:
+            continue
+        periodic = loop.kind is LoopKind.BATCH and any("%" in g.text and not g.negated for g in event.guards)
+        if loop.kind is not LoopKind.EPOCH and not periodic:
             continue
         if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
             continue
-        if _HELD_OUT.search(_arguments_text(event)):
-            yield loop, event
+        arguments = _arguments_text(event)
+        if not _HELD_OUT.search(arguments) and not (recording and _FIXED_INPUT.search(arguments)):
+            continue
+        if recording and (event.grad_conditional or _backward_after(model, event)):
+            continue
+        yield loop, event
+
+
+# the fixed input a generative model is sampled from every epoch to watch its progress
+_FIXED_INPUT = re.compile(r"(?<![A-Za-z])fixed(?![a-z])", re.I)
+
+
+def _backward_after(model: ModuleModel, event: Event) -> bool:
+    """A backward written in the same loop body after `event` (its output may feed it)."""
+    at = _index(model.events, event)
+    return any(e.kind is K.BACKWARD and e.loop is event.loop and e.via == event.via for e in model.events[at + 1 :])
+
+
+# a function called from the training loop to evaluate: `test()`, `evaluate(model)`, `validate_epoch`
+_EVALUATION_FUNCTION = re.compile(r"^_?(test|eval|evaluate|evaluation|valid|validate|validation|val)(_|$)", re.I)
+
+
+def _evaluation_calls(model: ModuleModel, trained: set[str]) -> Iterator[tuple[Loop, Event, CallSite]]:
+    """A trained network run by an evaluation function that the training loop calls and that
+    trains nothing (`train(); acc = test()` in the epoch loop of a full-graph GNN), with no loop
+    over data of its own: each first forward per network and call, with the call."""
+    seen: set[tuple[int, str]] = set()
+    for event in model.events:
+        loop = event.loop
+        if loop is None or loop.kind not in (LoopKind.BATCH, LoopKind.EPOCH) or event.kind is not K.FORWARD:
+            continue
+        depth = len(loop.via)
+        if len(event.via) <= depth or event.via[:depth] != loop.via:
+            continue
+        site = event.via[depth]
+        if not _EVALUATION_FUNCTION.search(site.callee.rsplit(".", 1)[-1]):
+            continue
+        if not _known_network(model, event.target) or not _is_trained(event.target, trained):
+            continue  # a known network: `config.model_dump()` in `evaluate()` is no forward pass
+        key = (id(site), event.target or "")
+        if key in seen:
+            continue
+        seen.add(key)
+        called = event.via[: depth + 1]
+        if any(e.kind in (K.BACKWARD, K.STEP) and e.via[: depth + 1] == called for e in model.events):
+            continue  # a shared step that also trains
+        if any(
+            e.kind is K.BACKWARD and e.loop is loop and e.via == loop.via and e.path == site.path and e.line > site.line
+            for e in model.events
+        ):
+            continue  # `loss = val_loss(model, x, y); loss.backward()`: a loss helper of the step, by its name
+        yield loop, event, site
+
+
+_LOSS_LIKE = re.compile(r"loss|criterion", re.I)
+
+
+def _known_network(model: ModuleModel, name: str | None) -> bool:
+    """A network by more than its name: built by a constructor, used as one, or what an optimizer updates."""
+    binding = model.bindings.get(name or "")
+    if binding is None or binding.role is not Role.MODEL:
+        return False
+    if _LOSS_LIKE.search(f"{binding.cls or ''} {name}"):
+        return False  # a loss module of the project (`CrossEntropyLoss2d`): no mode of interest
+    if binding.evidence != "name":
+        return True
+    return any(
+        name in (b.detail.get("params_of") or ()) for b in model.bindings.values() if b.role is Role.OPTIMIZER
+    )
+
+
+def _function_source(event: Event) -> str:
+    """The source of the function the event is written in ("" when unknown)."""
+    if event.module is None:
+        return ""
+    parents = module_nodes(event.module)[1]
+    node = parents.get(id(event.node))
+    while node is not None and not isinstance(node, cst.FunctionDef):
+        node = parents.get(id(node))
+    if node is None:
+        return ""
+    try:
+        return event.module.code_for_node(node)
+    except Exception:  # a node libcst cannot print alone
+        return ""
 
 
 def _network_of_the_loop(model: ModuleModel, loop: Loop, forward: Event) -> bool:
@@ -160,18 +278,61 @@ def _names_in(target: cst.BaseExpression) -> set[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _last_mode(events: list[Event], target: str) -> Event | None:
-    """The last mode switch in `events` that decides `target`'s mode (a switch of another network
-    to eval mode counts as well: the names may be two handles of one model). An explicit `eval()`
-    of the network itself counts even when its parameters are frozen: it is the switch asked for."""
+def _handles(model: ModuleModel, target: str | None, others: frozenset[str] = frozenset()) -> set[str]:
+    """`target` and the other names of its network: a wrapper of it or the network it wraps, a
+    name bound to the same constructor call (`self.net = MLP()`; `self.model = DDP(self.net)` or
+    `self.model = self.net`), minus the networks known to be distinct (`others`)."""
+    found = {target} if target else set()
+    binding = model.bindings.get(target or "")
+    if binding is None:
+        return found
+    for name, other in model.bindings.items():
+        if name in others or other.role is not Role.MODEL:
+            continue
+        if other.detail.get("wraps") == target or binding.detail.get("wraps") == name:
+            found.add(name)
+        elif binding.call is not None and other.call is binding.call:
+            found.add(name)
+    return found
+
+
+def _last_mode(events: list[Event], target: str, others: frozenset[str] = frozenset(),
+               handles: set[str] | None = None) -> Event | None:
+    """The last mode switch in `events` that decides `target`'s mode: a switch of the network
+    itself, of a network it is part of (`model.train()` decides `model.encoder`) or of one of its
+    parts (the part that trains when the rest is frozen), or a switch of
+    another network to eval mode (the names may be two handles of one model) unless that network
+    is one of `others`, distinct networks run beside it. An explicit `eval()` of the network
+    itself counts even when its parameters are frozen: it is the switch asked for."""
     for event in reversed(events):
-        if event.kind is K.TRAIN_MODE and _same_model(event.target, target):
+        if event.kind in _MODES and any(_same_model(event.target, t) or _part_of(t, event.target) for t in handles or {target}):
             return event
-        if event.kind is K.EVAL_MODE and _same_model(event.target, target):
-            return event
-        if event.kind is K.EVAL_MODE and not event.detail.get("frozen") and "." not in (event.target or "."):
+        if event.kind in _MODES and any(_part_of(event.target, t) for t in handles or {target}):
+            return event  # `model.saes.eval()`: the part that trains is switched, the rest is frozen
+        if (
+            event.kind is K.EVAL_MODE
+            and not event.detail.get("frozen")
+            and "." not in (event.target or ".")
+            and event.target not in others
+        ):
             return event
     return None
+
+
+def _part_of(name: str | None, whole: str | None) -> bool:
+    """`model.encoder` is part of `model` (and of `model.module`'s network)."""
+    if not name or not whole:
+        return False
+    return any(name.startswith(w + ".") for w in (whole, *(whole + s for s in _WHOLE)))
+
+
+def _roots(names: set[str]) -> frozenset[str]:
+    """The names and the networks they are parts of: `model.encoder` -> also `model`."""
+    found = set(names)
+    for name in names:
+        parts = name.split(".")
+        found.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return frozenset(found)
 
 
 class EvalWithoutEvalMode(Rule):
@@ -182,9 +343,22 @@ class EvalWithoutEvalMode(Rule):
         # the trace runs the entry points (functions of this file, the module body) one after the
         # other: what one of them does says nothing about the mode at the start of another
         trace = Trace.of(ctx)
-        passes = list(_evaluation_loops(model)) + list(_full_batch_evaluations(model, _trained(model)))
-        for loop, forward in passes:
+        # a generation loop of the project (`for _ in range(n)` in `generate`) only counts when the
+        # code that calls it switches the network back to train() after it: many generative networks
+        # have no dropout or BatchNorm, and sampling in train mode is then harmless
+        passes = [(loop, forward, {f.target or "" for f in forwards},
+                   f"the evaluation loop over `{loop.iter_text}` ({cited(loop)})", _in_loop_body(forward, loop), "the loop")
+                  for loop, forwards in _evaluation_loops(model) for forward in forwards
+                  if not loop.generates or _train_after(model, loop, forward)]
+        passes += [(loop, forward, set(), f"the evaluation pass on held-out data ({cited(forward)})", forward, "it")
+                   for loop, forward in _full_batch_evaluations(model, _trained(model))]
+        passes += [(loop, forward, set(), f"the evaluation in `{site.callee}()` (called on {cited(site)})",
+                    _shown_in(forward, loop.via + (site,)), "it")
+                   for loop, forward, site in _evaluation_calls(model, _trained(model))]
+        reported: set[tuple[str, int, int]] = set()
+        for loop, forward, networks, what, place, where in passes:
             target = forward.target
+            others = _roots(networks - {target or ""}) - _roots({target or ""})
             entry = trace.entry(forward)
             events = [e for e in model.events if trace.entry(e) == entry]
             at = _index(events, forward)
@@ -196,21 +370,22 @@ class EvalWithoutEvalMode(Rule):
             prefix, tail, before = events[first:at], events[at + 1 : last + 1], events[:first]
             backward_in_outer = any(e.kind is K.BACKWARD for e in events[first : last + 1])
 
-            switch = _last_mode(prefix, target)
+            handles = _handles(model, target, others)
+            switch = _last_mode(prefix, target, others, handles)
             if switch is not None:
                 states = [(switch, events[_index(events, switch) : at])]
             else:
                 states = []
-                tail_switch = _last_mode(tail, target)
+                tail_switch = _last_mode(tail, target, others, handles)
                 if tail_switch is not None:
                     states.append((tail_switch, events[_index(events, tail_switch) : last + 1] + prefix))
-                pre = _last_mode(before, target)
+                pre = _last_mode(before, target, others, handles)
                 states.append((pre, events[_index(events, pre) if pre else 0 : at]))
 
             for state, between in states:
                 if state is None:
                     # never switched: a network built in train mode, trained here, evaluated as is
-                    if not _is_trained(target, _trained(model, events)):
+                    if not any(_is_trained(t, _trained(model, events)) for t in handles):
                         continue
                 elif _mode_of(state) != "train":
                     continue
@@ -218,18 +393,37 @@ class EvalWithoutEvalMode(Rule):
                     continue  # train() right before a forward-only pass: on purpose (BN recalibration)
                 # never switched: the mode at entry is only known when the network is built here
                 built_here = state is not None or _built_here(model, target)
-                yield self.finding(
-                    ctx,
-                    forward,
-                    (f"the evaluation loop over `{loop.iter_text}` ({cited(loop)})" if loop.kind is LoopKind.EVAL
-                     else f"the evaluation pass on held-out data ({cited(forward)})")
-                    + f" runs `{target}` in training mode (no `{target}.eval()` since "
-                    + (f"`{state.target}.train()` on {cited(state)}" if state else "it was built")
-                    + "): dropout stays on and BatchNorm uses and updates batch statistics; "
-                    f"call `{target}.eval()` before " + ("the loop" if loop.kind is LoopKind.EVAL else "it"),
-                    severity=None if built_here else Severity.WARNING,
-                )
+                place = _in_file(place, forward, ctx.path)
+                key = (place.path, place.line, place.column)
+                if key not in reported:
+                    reported.add(key)
+                    yield self.finding(
+                        ctx,
+                        place,
+                        what
+                        + f" runs `{target}` in training mode (no `{target}.eval()` since "
+                        + (f"`{state.target}.train()` on {cited(state)}" if state else "it was built")
+                        + "): dropout stays on and BatchNorm uses and updates batch statistics; "
+                        f"call `{target}.eval()` before {where}",
+                        severity=None if built_here else Severity.WARNING,
+                    )
                 break
+
+
+def _train_after(model: ModuleModel, loop: Loop, forward: Event) -> bool:
+    """A function on the way to the loop switches the network to train() after it, before any
+    backward: the code expects to have left train mode for the loop."""
+    handles = _handles(model, forward.target)
+    for event in model.events[_index(model.events, forward) + 1 :]:
+        if event.kind is K.BACKWARD:
+            return False
+        if (
+            event.kind is K.TRAIN_MODE
+            and any(_same_model(event.target, t) for t in handles)
+            and loop.via[: len(event.via)] == event.via
+        ):
+            return True
+    return False
 
 
 def _built_here(model: ModuleModel, target: str | None) -> bool:
@@ -254,17 +448,40 @@ class EvalWithoutNoGrad(Rule):
     code = "LC302"
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for loop, forward in _evaluation_loops(ctx.model):
-            if forward.no_grad or forward.grad_conditional:
-                continue
+        for loop, forwards in _evaluation_loops(ctx.model):
+            forward = forwards[0]
+            if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
+                continue  # a library's `generate` turns recording off itself
             if _NEEDS_GRAPH.search(_loop_source(ctx, loop)):
                 continue
             yield self.finding(
                 ctx,
-                forward,
+                _in_file(_in_loop_body(forward, loop), forward, ctx.path),
                 f"`{forward.target}` runs forward in the evaluation loop over `{loop.iter_text}` with "
                 f"autograd recording: every batch keeps its activations for a backward that never "
                 f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
+            )
+        model = ctx.model
+        for loop, forward in _full_batch_evaluations(model, _trained(model), recording=True):
+            yield self.finding(
+                ctx,
+                _in_file(forward, forward, ctx.path),
+                f"`{forward.target}` runs an evaluation forward (on held-out data or a fixed sampling "
+                f"input) with autograd recording, and nothing backpropagates it: the activations are kept for a backward "
+                f"that never comes; wrap the evaluation in `torch.no_grad()`",
+            )
+        for loop, forward, site in _evaluation_calls(model, _trained(model)):
+            if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
+                continue
+            if _NEEDS_GRAPH.search(_function_source(forward)):
+                continue
+            yield self.finding(
+                ctx,
+                _in_file(_shown_in(forward, loop.via + (site,)), forward, ctx.path),
+                f"`{forward.target}` runs forward in `{site.callee}()`, the evaluation called from the "
+                f"training loop ({cited(site)}), with autograd recording: the activations are kept for a "
+                f"backward that never comes; decorate it with `@torch.no_grad()` or wrap its body in "
+                f"`torch.no_grad()`",
             )
 
 
@@ -288,6 +505,7 @@ class TrainModeNotRestored(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         model = ctx.model
         trained = _trained(model)
+        run = _trained(model, model.events)  # networks run forward with recording in a batch loop
         for event in model.events:
             if event.kind is not K.EVAL_MODE or event.detail.get("frozen"):
                 continue
@@ -306,20 +524,45 @@ class TrainModeNotRestored(Rule):
             # the rest of this iteration (minus the other side of the eval()'s `if`), then the next
             rest = [e for e in iteration[at + 1 :] if not exclusive(e, event)]
             for later in rest + iteration[:at]:
+                if later.kind in _MODES and _now_and_then(later, event):
+                    continue  # `if step % eval_every == 0: evaluate()`: not every iteration switches
                 if later.kind in _MODES and _same_model(later.target, target):
                     break  # switched again (back to train, or eval again: that one is judged)
-                if later.kind is K.TRAIN_MODE and "." not in (later.target or "."):
+                if later.kind is K.TRAIN_MODE and "." not in (later.target or ".") and not (
+                    later.target in run and target in run and not _wrapped(model, later.target, target)
+                ):
                     break  # another handle of the network is switched back: say nothing
+                    # (two networks that both run forward in training, `encoder` and `decoder`,
+                    # are not two handles of one)
                 if later.kind is K.BACKWARD and not _only_with_graph(later):
                     where = "epoch" if loop.kind is not LoopKind.BATCH else "batch"
                     yield self.finding(
                         ctx,
-                        event,
-                        f"`{target}.eval()` in the {where} loop is never undone: the next backward "
+                        _in_file(event, event, ctx.path),
+                        f"`{target}.eval()` "
+                        + (f"({cited(event)}, reached from this call) " if event.path != ctx.path else "")
+                        + f"in the {where} loop is never undone: the next backward "
                         f"({cited(later)}) trains `{target}` in eval mode, with dropout off and "
                         f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
                     )
                     break
+
+
+def _wrapped(model: ModuleModel, a: str | None, b: str | None) -> bool:
+    """One of the two names wraps the other (`engine, ... = deepspeed.initialize(model=net)`,
+    `ddp = DistributedDataParallel(net)`): one network."""
+    for outer, inner in ((a, b), (b, a)):
+        binding = model.bindings.get(outer or "")
+        if binding is not None and binding.detail.get("wraps") == inner:
+            return True
+    return False
+
+
+def _now_and_then(later: Event, event: Event) -> bool:
+    """`later` sits under an every-N-steps condition (`step % k == 0`) that `event` is not under:
+    most iterations do not run it."""
+    own = {guard_key(g.text, g.negated) for g in event.guards}
+    return any("%" in g.text and not g.negated and guard_key(g.text, g.negated) not in own for g in later.guards)
 
 
 def _only_with_graph(event: Event) -> bool:
