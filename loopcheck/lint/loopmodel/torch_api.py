@@ -33,6 +33,9 @@ EMA_CLASSES = frozenset(
 WRAPPERS = frozenset(
     {"DDP", "DistributedDataParallel", "DataParallel", "FSDP", "FullyShardedDataParallel", "compile"}
 )
+# objects whose `.save(...)` writes a file like `torch.save` (Fabric's takes the path first and
+# stores the state dicts of the modules and optimizers it is given)
+SAVE_RECEIVERS = frozenset({"accelerator", "xm", "fabric", "self.accelerator", "self.fabric"})
 # calls that iterate their first argument and hand its items on (progress bars, loggers, prefetchers)
 LOADER_WRAPPERS = frozenset({
     "enumerate", "tqdm", "iter", "islice", "trange", "track", "prefetch", "cycle", "log_every", "progress",

@@ -16,6 +16,7 @@ from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, S
 from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
 from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.saved_files import ProjectFiles
 from loopcheck.lint.torch_range import declared_floor, floor_text
 from loopcheck.lint.values import code_of, index_for
 
@@ -201,6 +202,7 @@ class TorchLoadUnsafe(Rule):
         floor = _project_floor(ctx)
         own = _own_tensor_files(ctx)
         saved_to = {s.path_text for s in Facts.of(ctx).saves}
+        own_saves: ProjectFiles | None = None
         for call in calls:
             if any(a.star == "**" for a in call.args):
                 continue
@@ -225,6 +227,10 @@ class TorchLoadUnsafe(Rule):
                 # template, `"G_%d.pth" % epoch` saved and `"G_%d.pth" % opt.epoch` loaded, does)
             if floor is not None and floor >= (2, 6):
                 continue  # the default is `weights_only=True` on every version the project allows
+            if own_saves is None:
+                own_saves = ProjectFiles(ctx.project, ctx.path, ctx.source)
+            if own_saves.saved_here(ctx.span(call).line):
+                continue  # a file another module of the project writes with tensors only
             severity = Severity.WARNING if floor is not None else Severity.INFO
             declared = (
                 f"the project allows torch {floor_text(floor)}, where versions before 2.6 default to "
