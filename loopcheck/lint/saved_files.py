@@ -506,6 +506,7 @@ def _names_in(module: _Module, node: ast.AST | None) -> set[str]:
     scope = module.scope_of(node)
     for name in list(names):
         for value in module.binds.get((id(scope), name), []):
+            value = value.source if isinstance(value, _Element) else value
             if value is not None:
                 names |= {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
     return names
