@@ -548,6 +548,7 @@ class Load:
     keys: frozenset[str]  # keys read from what it returns (here, or where its function is called)
     returned_by: str  # the function returning the loaded object ('' when none does)
     receivers: frozenset[str] = frozenset()  # builders of the model whose `load_state_dict` takes it
+    pretrained: bool = False  # its path is named like weights from elsewhere (`pretrained`, `name_or_path`)
 
 
 def loads_in(source: str, path: str) -> dict[int, list[Load]]:
@@ -566,8 +567,22 @@ def loads_in(source: str, path: str) -> dict[int, list[Load]]:
         out.setdefault(call.lineno, []).append(Load(
             frozenset(file_names(paths)), _suffixes(paths), frozenset(keys),
             func.name if returned and func is not None else "", frozenset(_receivers(module, call)),
+            bool(_ELSEWHERE.search(" ".join(sorted(_path_words(module, target))))),
         ))
     return out
+
+
+# names of paths to weights that come from elsewhere (a hub, a download, a pretrained release)
+_ELSEWHERE = re.compile(r"pretrained|name_or_path|\burl\b|_url|download|\bhub\b|_hub|hf_", re.I)
+
+
+def _path_words(module: _Module, node: ast.AST) -> set[str]:
+    """The names and attributes a path expression reads, with those its names are bound to."""
+    words: set[str] = set()
+    for part in [node, *(v for n in ast.walk(node) if isinstance(n, ast.Name) for v in module.values(n) if v is not None)]:
+        words |= {n.id for n in ast.walk(part) if isinstance(n, ast.Name)}
+        words |= {n.attr for n in ast.walk(part) if isinstance(n, ast.Attribute)}
+    return words
 
 
 def _receivers(module: _Module, load: ast.Call) -> set[str]:
@@ -641,14 +656,17 @@ def caller_keys(module: _Module, function: str) -> list[set[str]]:
 
 
 def _reads_saved(keys: set[str], saved: frozenset[str]) -> bool:
-    """Keys read back from a loaded dict match a saved dict's: at least half of them are its, and
-    more than one key every checkpoint has (`ckpt["model"]` alone says nothing about whose file)."""
+    """Keys read back from a loaded dict are a training checkpoint's the project writes: at least
+    half of them, two or more, one of them training state (the optimizer, the step). Weights or
+    embeddings alone (`ckpt["model"]`, `data["string_to_param"]`) are laid out the same way in
+    files others share."""
+    from loopcheck.lint.rules._saves import TRAINING_STATE, key_item
+
     matched = keys & saved
-    return len(matched) >= max(1, (len(keys) + 1) // 2) and (len(matched) > 1 or bool(matched - _GENERIC_KEYS))
-
-
-_GENERIC_KEYS = frozenset({"model", "state_dict", "model_state_dict", "module", "net", "network", "weights", "params",
-                           "state", "model_state"})
+    return (
+        len(matched) >= max(2, (len(keys) + 1) // 2)
+        and any(key_item(k, "state_dict") in TRAINING_STATE for k in matched)
+    )
 
 
 def _parse(source: bytes | str, path: str) -> _Module | None:
@@ -731,7 +749,8 @@ class ProjectFiles:
                 mine.setdefault(helper.name, []).append(helper)
             saves = saves + direct + _helper_calls(self.own, path, mine)
         own_saves = [s for s in saves if s.tensors_only]
-        self.names = {n for s in own_saves for n in s.names}
+        pickled = {n for s in saves if not s.tensors_only for n in s.names}  # `torch.save(model, ...)`
+        self.names = {n for s in own_saves for n in s.names} - pickled
         self.suffixes = {x for s in own_saves for x in s.suffixes} - _COMMON_SUFFIXES
         self.keys = [s.keys for s in own_saves if s.keys]
         self.owners = {o for s in own_saves for o in s.owners}
@@ -756,6 +775,8 @@ class ProjectFiles:
                 return True
             if load.suffixes & self.suffixes:
                 return True
+            if load.pretrained:
+                continue  # only its file name could say it is the project's own
             reads = [set(load.keys)] if load.keys else []
             if load.returned_by and self.project is not None:
                 for name in [self.here, *self.project.files_mentioning(load.returned_by)]:

@@ -89,3 +89,14 @@ def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
     assert result.exit_code == 1 and result.stderr == ""
     assert json.loads(result.stdout) == cold
     assert len(checked) == 3
+
+
+def test_a_load_is_rechecked_when_another_module_changes_what_it_saves(lint, project, checked):
+    write(project / "ckpt.py", "import torch\n\n\ndef read(folder):\n    return torch.load(folder / \"weights-best.pth\")\n")
+    write(project / "export.py", "import torch\n\n\ndef export(model, folder):\n    torch.save(model.state_dict(), folder / \"weights-best.pth\")\n")
+    assert [f["path"] for f in report(lint)["findings"]] == []  # the project writes that file itself
+    write(project / "export.py", "import torch\n\n\ndef export(model, folder):\n    torch.save(model, folder / \"weights-best.pth\")\n")
+    checked.clear()
+    found = {(f["path"], f["code"]) for f in report(lint)["findings"]}
+    assert ("ckpt.py", "LC508") in found  # a pickled module now: the load is reported again
+    assert "ckpt.py" in checked
