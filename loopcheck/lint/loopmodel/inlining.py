@@ -232,7 +232,7 @@ class BuilderInlining:
                 if fdef.name.value != "__init__" and any(
                     type(d.decorator) is cst.Name and d.decorator.value in ("property", "staticmethod")
                     for d in fdef.decorators
-                ):
+                ) and _instance_param(fdef) is None:
                     continue
                 self.entry(fdef, unit, cls)
         return self.finalize()
@@ -244,6 +244,9 @@ class BuilderInlining:
         if cls is not None and params and params[0].name.value in ("self", "cls"):
             env[params[0].name.value] = "self"
             params = params[1:]
+        elif cls is not None and _instance_param(fdef) is not None:
+            env["self"] = "self"  # `mp.spawn(self._worker, args=(self, ...))` on a staticmethod
+            params = [p for p in params if p.name.value != "self"]
         for param in params:
             pname = param.name.value
             env[pname] = pname
@@ -286,3 +289,12 @@ def _nodes_under(node: cst.CSTNode):
     yield node
     for child in node.children:
         yield from _nodes_under(child)
+
+
+def _instance_param(fdef: cst.FunctionDef) -> cst.Param | None:
+    """The parameter named `self` of a staticmethod that is handed the instance explicitly (a
+    process entry for `mp.spawn(self._train_worker, args=(self, ...))`), if any."""
+    if not any(type(d.decorator) is cst.Name and d.decorator.value == "staticmethod" for d in fdef.decorators):
+        return None
+    params = list(fdef.params.posonly_params) + list(fdef.params.params)
+    return next((p for p in params if p.name.value == "self"), None)
