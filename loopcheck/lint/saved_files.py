@@ -100,6 +100,8 @@ class _Module:
         self.calls: dict[str, list[ast.Call]] = {}  # callee's last name -> calls
         self.torch_names = {"torch"}  # what `torch` is imported as (`import torch as th`)
         self.defined: set[str] = set()  # classes and functions defined here
+        self.imported: dict[str, str] = {}  # name -> the (last part of the) module it is imported from
+        self.modules: set[str] = set()  # names of imported modules
         stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
         while stack:
             node, scope = stack.pop()
@@ -108,6 +110,11 @@ class _Module:
                 self.defined.add(node.name)
             elif isinstance(node, ast.Import):
                 self.torch_names.update(a.asname for a in node.names if a.name == "torch" and a.asname)
+                self.modules.update((a.asname or a.name).rsplit(".", 1)[-1] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:  # `from utils import save_checkpoint`, `from . import ckpt`
+                    self.imported[a.asname or a.name] = (node.module or "").rsplit(".", 1)[-1]
+                    self.modules.add(a.asname or a.name)
             elif isinstance(node, ast.Call):
                 last = _last(node.func)
                 if last:
@@ -361,6 +368,9 @@ def tensors_only(module: _Module, node: ast.AST | None, depth: int = 0) -> bool:
             return all(tensors_only(module, a, depth + 1) for a in [*inner, *node.args, *(k.value for k in node.keywords)])
         if last.endswith("Tensor") or last.startswith("from_numpy"):
             return True  # `torch.ByteTensor(...)`
+        dotted = _dotted(node.func)
+        if "models." in f"{dotted}." or last in ("create_model", "from_pretrained", "from_config", "build_model"):
+            return False  # a model factory (`torchvision.models.resnet18(...)`, `timm.create_model`)
         if last[:1].isupper() or _pickles_class(last):
             return False  # a constructed object, a model built by a helper
         return True
@@ -512,6 +522,20 @@ def _names_in(module: _Module, node: ast.AST | None) -> set[str]:
     return names
 
 
+def _calls_helper(module: _Module, path: str, call: ast.Call, helper: _Helper) -> bool:
+    """Whether `call` calls the project save helper: by its name where it is defined or imported
+    from its module, as `self.helper(...)` in its own module, or as `module.helper(...)`."""
+    home = Path(helper.saved.path).stem
+    same = os.path.realpath(path) == os.path.realpath(helper.saved.path)
+    func = call.func
+    if isinstance(func, ast.Name):
+        return same or module.imported.get(func.id) in (home, "") or (home == "__init__" and func.id in module.imported)
+    receiver = _dotted(func.value) if isinstance(func, ast.Attribute) else ""
+    if receiver in ("self", "cls"):
+        return same
+    return receiver.rsplit(".", 1)[-1] == home and home in module.modules
+
+
 def _helper_calls(module: _Module, path: str, helpers: dict[str, list[_Helper]]) -> list[SavedFile]:
     """The saves made by calling a project save helper: the file names its arguments give, and
     what the argument it saves holds."""
@@ -519,7 +543,11 @@ def _helper_calls(module: _Module, path: str, helpers: dict[str, list[_Helper]])
     for name, found in helpers.items():
         for call in module.calls.get(name, []):
             for helper in found:
+                if not _calls_helper(module, path, call, helper):
+                    continue
                 obj = argument(call, helper.func, *helper.obj) if helper.obj else None
+                if helper.obj and obj is None:
+                    continue  # what it saves is not known here
                 paths = set()
                 for arg in [*call.args, *(k.value for k in call.keywords)]:
                     if arg is not obj:
@@ -530,8 +558,8 @@ def _helper_calls(module: _Module, path: str, helpers: dict[str, list[_Helper]])
                     saved = SavedFile(path, call.lineno, names, helper.saved.tensors_only, helper.saved.keys,
                                       suffixes, helper.saved.owners)
                 else:
-                    saved = SavedFile(path, call.lineno, names, obj is not None and tensors_only(module, obj),
-                                      dict_keys(module, obj), suffixes, frozenset(state_owners(module, obj)))
+                    saved = SavedFile(path, call.lineno, names, tensors_only(module, obj), dict_keys(module, obj),
+                                      suffixes, frozenset(state_owners(module, obj)))
                 out.append(saved)
     return out
 

@@ -274,8 +274,9 @@ class Facts:
                     continue  # `best.pt` with an epoch next to it: an inference artifact
                 yield saved
             elif (
-                len(self.saves) == 1
-                and weights_only == [saved]
+                len({(s.event.path, s.event.line, s.event.column) for s in self.saves}) == 1  # one save site
+                and saved in weights_only
+                and len(weights_only) == len(self.saves)
                 and self.trains
                 and not saved.looks_exported
                 and self.resumes_from(saved)
