@@ -369,6 +369,8 @@ def tensors_only(module: _Module, node: ast.AST | None, depth: int = 0) -> bool:
         if last.endswith("Tensor") or last.startswith("from_numpy"):
             return True  # `torch.ByteTensor(...)`
         dotted = _dotted(node.func)
+        if dotted.split(".", 1)[0] in ("np", "numpy") or last == "numpy":
+            return False  # NumPy arrays and RNG states unpickle NumPy classes the 2.6 default refuses
         if "models." in f"{dotted}." or last in ("create_model", "from_pretrained", "from_config", "build_model"):
             return False  # a model factory (`torchvision.models.resnet18(...)`, `timm.create_model`)
         if last[:1].isupper() or _pickles_class(last):
