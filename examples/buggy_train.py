@@ -71,7 +71,7 @@ def main():
 
     start_epoch = 0
     if args.resume:
-        ckpt = torch.load(args.resume)  # expect: LC508
+        ckpt = torch.load(args.resume)
         model.load_state_dict(ckpt["model"])
         start_epoch = ckpt["epoch"] + 1
 

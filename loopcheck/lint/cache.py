@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ def _salt() -> str:
 class Entry:
     findings: list[Finding]
     errors: list[FileError]
+
+
+_LOADS = re.compile(rb"\bload\b")
 
 
 def _finding_to_json(f: Finding) -> dict[str, Any]:
@@ -175,6 +179,8 @@ class Cache:
         for dependent in project.dependents(path):
             files[dependent] = None
             files.update(dict.fromkeys(project.reach(Path(dependent))))
+        if _LOADS.search(data):  # LC508 reads what the project's modules save (saved_files.py)
+            files.update(dict.fromkeys(project.files_mentioning("save")))
         files.pop(here, None)
         return {dep: self.file_hash(Path(dep)) for dep in list(files)[:_MAX_DEPS]}
 

@@ -385,6 +385,10 @@ class Project:
             self._importers[target] = found
         return self._importers[target]
 
+    def files_mentioning(self, word: str) -> list[str]:
+        """The project files (real paths) whose text has `word` as a whole word."""
+        return list(self._holding(word))
+
     def _holding(self, word: str) -> list[str]:
         """The project files whose text has `word` as a whole word (an index built once)."""
         if self._words is None:

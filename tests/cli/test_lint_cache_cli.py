@@ -94,3 +94,14 @@ def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
 def results_in(cache: Path) -> list[Path]:
     """The stored lint results (module summaries kept beside them left out)."""
     return [p for p in cache.rglob("*.json") if "summaries" not in p.parts]
+
+
+def test_a_load_is_rechecked_when_another_module_changes_what_it_saves(lint, project, checked):
+    write(project / "ckpt.py", "import torch\n\n\ndef read(folder):\n    return torch.load(folder / \"weights-best.pth\")\n")
+    write(project / "export.py", "import torch\n\n\ndef export(model, folder):\n    torch.save(model.state_dict(), folder / \"weights-best.pth\")\n")
+    assert [f["path"] for f in report(lint)["findings"]] == []  # the project writes that file itself
+    write(project / "export.py", "import torch\n\n\ndef export(model, folder):\n    torch.save(model, folder / \"weights-best.pth\")\n")
+    checked.clear()
+    found = {(f["path"], f["code"]) for f in report(lint)["findings"]}
+    assert ("ckpt.py", "LC508") in found  # a pickled module now: the load is reported again
+    assert "ckpt.py" in checked

@@ -28,6 +28,7 @@ from loopcheck.lint.loopmodel.torch_api import (
     LOSS_SCALER_CLASSES,
     LOSS_SCALER_NAME,
     METHOD_EVENTS,
+    SAVE_RECEIVERS,
     WRAPPERS,
     _BUILTINS,
     _MOVE_METHODS,
@@ -89,7 +90,7 @@ class BuilderCalls:
             self.event(EventKind.CLIP, owner, call, frame, fn=last,
                        params_text=unit.text(params) if params is not None else "")
             return
-        if qual in ("torch.save",) or (last == "save" and (qual.startswith("torch") or _recv_name(func) in ("accelerator", "xm", "fabric", "self.accelerator", "self.fabric"))):
+        if qual in ("torch.save",) or (last == "save" and (qual.startswith("torch") or _recv_name(func) in SAVE_RECEIVERS)):
             self._save(call, frame, qual)
             return
         if last == "save_state" and "accelerator" in qual:

@@ -303,7 +303,7 @@ class BuilderInlining:
                 if fdef.name.value != "__init__" and any(
                     type(d.decorator) is cst.Name and d.decorator.value in ("property", "staticmethod")
                     for d in fdef.decorators
-                ):
+                ) and _instance_param(fdef) is None:
                     continue
                 self.entry(fdef, unit, cls)
         return self.finalize()
@@ -315,6 +315,9 @@ class BuilderInlining:
         if cls is not None and params and params[0].name.value in ("self", "cls"):
             env[params[0].name.value] = "self"
             params = params[1:]
+        elif cls is not None and _instance_param(fdef) is not None:
+            env["self"] = "self"  # `mp.spawn(self._worker, args=(self, ...))` on a staticmethod
+            params = [p for p in params if p.name.value != "self"]
         for param in params:
             pname = param.name.value
             env[pname] = pname
@@ -383,3 +386,12 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
 def _called_names(fdef: cst.FunctionDef) -> set[str]:
     """Names called directly in a function's body (`model(x)`)."""
     return {n.func.value for n in _nodes_under(fdef.body) if type(n) is cst.Call and type(n.func) is cst.Name}
+
+
+def _instance_param(fdef: cst.FunctionDef) -> cst.Param | None:
+    """The parameter named `self` of a staticmethod that is handed the instance explicitly (a
+    process entry for `mp.spawn(self._train_worker, args=(self, ...))`), if any."""
+    if not any(type(d.decorator) is cst.Name and d.decorator.value == "staticmethod" for d in fdef.decorators):
+        return None
+    params = list(fdef.params.posonly_params) + list(fdef.params.params)
+    return next((p for p in params if p.name.value == "self"), None)

@@ -18,7 +18,7 @@ from loopcheck.lint.loopmodel.facts import (
     SchedulerCadence,
 )
 from loopcheck.lint.loopmodel.nodes import _split_of
-from loopcheck.lint.loopmodel.torch_api import _NAME_ROLES
+from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, _NAME_ROLES
 from loopcheck.lint.loopmodel.traces import _expand, feasible
 
 
@@ -72,6 +72,8 @@ class BuilderResolution:
                 continue
             role = self.annotations.get(name)
             evidence = "name"
+            if role is None and self._foreign(name):
+                continue  # `model = load_model(...)` from Keras: named like a model, not a torch one
             if role is None:
                 last = name.rsplit(".", 1)[-1].lower()
                 for candidate, pattern in _NAME_ROLES:
@@ -87,6 +89,15 @@ class BuilderResolution:
         for name, b in self.bindings.items():
             if b.role is Role.SCHEDULER and b.cadence is None:
                 b.cadence = SchedulerCadence.UNKNOWN
+
+    def _foreign(self, name: str) -> bool:
+        """Whether `name` was bound to what another framework's call returns (TensorFlow / Keras,
+        ONNX Runtime, JAX, scikit-learn...)."""
+        found = self.assigned.get(name)
+        if found is None or type(found[1]) is not cst.Call:
+            return False
+        qual = found[0].qualify(found[1].func) or ""
+        return qual.split(".", 1)[0] in FOREIGN_FRAMEWORKS
 
     def _resolve_event(self, ev: Event) -> None:
         how = ev.detail.pop("_resolve", None)

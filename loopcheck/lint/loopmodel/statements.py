@@ -96,7 +96,7 @@ class BuilderStatements:
                     self.walk_suite(orelse.body, frame)
             return
         text = frame.unit.text(stmt.test)
-        accumulation = is_accumulation_test(text)
+        accumulation = is_accumulation_test(text) or self._accumulation_flag(stmt.test, frame)
         body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
         negated = Guard(text, accumulation, negated=True)
         self.blocks.append([])
@@ -110,6 +110,17 @@ class BuilderStatements:
             self.guards.pop()
             other = self.blocks.pop()
         self.block.append(_Branch([body, other]))
+
+    def _accumulation_flag(self, test: cst.BaseExpression, frame: _Frame) -> bool:
+        """`if is_update_step:` with `is_update_step = (i + 1) % accum_steps == 0` computed before
+        (also `if flag and other:`): the flag holds the accumulation test."""
+        if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
+            return self._accumulation_flag(test.left, frame) or self._accumulation_flag(test.right, frame)
+        if type(test) is not cst.Name:
+            return False
+        name = self.canon(test, frame)
+        found = self.assigned.get(name) if name else None
+        return found is not None and type(found[1]) is not cst.Name and is_accumulation_test(found[0].text(found[1]))
 
     def walk_ifexp(self, node: cst.IfExp, frame: _Frame) -> None:
         """`a() if test else b()`: the two calls are the two branches of an `if`

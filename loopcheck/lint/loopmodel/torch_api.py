@@ -33,6 +33,14 @@ EMA_CLASSES = frozenset(
 WRAPPERS = frozenset(
     {"DDP", "DistributedDataParallel", "DataParallel", "FSDP", "FullyShardedDataParallel", "compile"}
 )
+# frameworks whose models are not torch modules (a `model` bound to their calls has no role)
+FOREIGN_FRAMEWORKS = frozenset({
+    "tensorflow", "tf", "keras", "onnx", "onnxruntime", "ort", "jax", "flax", "sklearn", "xgboost", "lightgbm",
+    "paddle", "mxnet", "tflite_runtime", "openvino",
+})
+# objects whose `.save(...)` writes a file like `torch.save` (Fabric's takes the path first and
+# stores the state dicts of the modules and optimizers it is given)
+SAVE_RECEIVERS = frozenset({"accelerator", "xm", "fabric", "self.accelerator", "self.fabric"})
 # calls that iterate their first argument and hand its items on (progress bars, loggers, prefetchers)
 LOADER_WRAPPERS = frozenset({
     "enumerate", "tqdm", "iter", "islice", "trange", "track", "prefetch", "cycle", "log_every", "progress",

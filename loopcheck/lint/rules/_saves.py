@@ -86,8 +86,8 @@ def key_item(key: str, value: str) -> str | None:
         return SCALER
     if any(t in _EMA_TOKENS for t in tokens):
         return EMA
-    if any(t in _RNG_TOKENS for t in tokens):
-        return RNG
+    if any(t in _RNG_TOKENS for t in tokens) and not ("state_dict" in value and {"generator", "generators"} & set(tokens)):
+        return RNG  # (a GAN's `"generator": generator.state_dict()` is weights, not a torch.Generator)
     if any(t in _PROGRESS_TOKENS or t.startswith(("epoch", "step", "iter")) for t in tokens):
         return PROGRESS
     if any(t in ("model", "net", "network", "weights", "params", "module") for t in tokens) or low == "state_dict":
@@ -228,7 +228,8 @@ class Facts:
         trace = Trace.of(ctx)
         seen: set[tuple] = set()
         for i, e in enumerate(trace.events):
-            if e.kind is K.SAVE and Trace.remember(seen, e):
+            # one save helper called from two places writes two checkpoints
+            if e.kind is K.SAVE and Trace.remember(seen, e, *(id(c.node) for c in e.via)):
                 saved = classify(e, model)
                 saved.unit = trace.units[i]
                 self.saves.append(saved)
@@ -273,8 +274,9 @@ class Facts:
                     continue  # `best.pt` with an epoch next to it: an inference artifact
                 yield saved
             elif (
-                len(self.saves) == 1
-                and weights_only == [saved]
+                len({(s.event.path, s.event.line, s.event.column) for s in self.saves}) == 1  # one save site
+                and saved in weights_only
+                and len(weights_only) == len(self.saves)
                 and self.trains
                 and not saved.looks_exported
                 and self.resumes_from(saved)

@@ -183,10 +183,10 @@ class Trace:
                 yield self.events[j]
 
     @staticmethod
-    def remember(seen: set[tuple], event: Event) -> bool:
+    def remember(seen: set[tuple], event: Event, *more: object) -> bool:
         """False when a finding was already made at this event's position (an inlined helper
-        reached from two call sites)."""
-        key = (event.path, event.line, event.column)
+        reached from two call sites), told apart by `more` when given."""
+        key = (event.path, event.line, event.column, *more)
         if key in seen:
             return False
         seen.add(key)

@@ -16,6 +16,7 @@ from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, S
 from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
 from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.saved_files import ProjectFiles
 from loopcheck.lint.torch_range import declared_floor, floor_text
 from loopcheck.lint.values import code_of, index_for
 
@@ -55,8 +56,28 @@ class _CheckpointRule(Rule):
         if not self.needed(facts):
             return
         for saved in facts.training_checkpoints():
-            if not self.holds(saved):
-                yield self.finding(ctx, saved.event, self.message(saved, facts))
+            # a file written next to another in the same iteration (`g_0005000` and `do_0005000`)
+            # may keep the state the other lacks
+            if not self.holds(saved) and not any(o.unit == saved.unit and self.holds(o) for o in facts.saves):
+                yield self.finding(ctx, _written_at(ctx, saved), self.message(saved, facts))
+
+
+def _written_at(ctx: FileContext, saved: Saved) -> "Event | cst.CSTNode":
+    """Where a checkpoint's content is written: the save, or the call in this file that hands a
+    save helper the dict literal it saves (`save_checkpoint({"model": ...}, path)`)."""
+    keys = saved.event.detail.get("keys")
+    via = saved.event.via
+    if keys is None or not via or via[0].module is not ctx.module or type(via[0].node) is not cst.Call:
+        return saved.event
+    for arg in via[0].node.args:
+        if type(arg.value) is cst.Dict and {_key_text(el) for el in arg.value.elements} == set(keys):
+            return via[0].node
+    return saved.event
+
+
+def _key_text(element: cst.BaseDictElement) -> str | None:
+    key = getattr(element, "key", None)
+    return key.evaluated_value if isinstance(key, cst.SimpleString) else None  # type: ignore[return-value]
 
 
 class CheckpointMissingOptimizer(_CheckpointRule):
@@ -72,6 +93,42 @@ class CheckpointMissingOptimizer(_CheckpointRule):
             f"{_describe(saved)} has no optimizer state: a resumed run restarts Adam's moments / SGD's "
             f"momentum from zero; add `\"optimizer\": {opt}.state_dict()`"
         )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        yield from super().check(ctx)
+        yield from self._one_missing(ctx)
+
+    def _one_missing(self, ctx: FileContext) -> Iterator[Finding]:
+        """With several optimizers stepped (a GAN's generator and discriminator), a checkpoint
+        that holds the state of some of them but not of another."""
+        facts = Facts.of(ctx)
+        stepped = sorted({shown_name(e.target) for e in facts.model.events if e.kind is K.STEP and e.target
+                          and facts.model.role(e.target) is Role.OPTIMIZER})
+        if len(stepped) < 2:
+            return
+        for saved in facts.training_checkpoints():
+            if not saved.holds(OPTIMIZER):
+                continue  # no optimizer at all: the finding above
+            written = " ".join(_saved_texts(s) for s in facts.saves if s.unit == saved.unit)
+            kept = [o for o in stepped if re.search(rf"\b{re.escape(o)}\b", written)]
+            missing = [o for o in stepped if o not in kept]
+            if kept and missing:
+                yield self.finding(
+                    ctx, _written_at(ctx, saved),
+                    f"{_describe(saved)} holds the state of `{kept[0]}` but not of `{missing[0]}`, "
+                    f"which is stepped too: a resumed run restarts `{missing[0]}`'s moments from zero; "
+                    f"add `\"{missing[0]}\": {missing[0]}.state_dict()`",
+                )
+
+
+def shown_name(target: str) -> str:
+    """The name a user wrote for an optimizer (`self.optim_g` -> `optim_g`)."""
+    return target.split("@", 1)[0].rsplit(".", 1)[-1]
+
+
+def _saved_texts(saved: Saved) -> str:
+    detail = saved.event.detail
+    return " ".join([detail.get("obj_text") or "", *(str(v) for v in (detail.get("values") or {}).values())])
 
 
 class CheckpointMissingScheduler(_CheckpointRule):
@@ -188,7 +245,9 @@ class TorchLoadUnsafe(Rule):
     versions before 2.6 (where the default unpickles anything), or when it writes
     `weights_only=False` for a file that comes from outside; an info when it declares no torch
     range; nothing when it requires torch >= 2.6, when the project allows its own classes with
-    `add_safe_globals` / `safe_globals`, or when the file is one this code saved with tensors only."""
+    `add_safe_globals` / `safe_globals`, or when the file is one the project saves with tensors only
+    (`saved_files.py`: same file name, the project's own suffix, its keys read back, or a model class
+    whose state dicts it saves)."""
 
     code = "LC508"
     requires = (whole_word("load"),)  # `torch.load`, `th.load`, `from torch import load`
@@ -201,6 +260,7 @@ class TorchLoadUnsafe(Rule):
         floor = _project_floor(ctx)
         own = _own_tensor_files(ctx)
         saved_to = {s.path_text for s in Facts.of(ctx).saves}
+        own_saves: ProjectFiles | None = None
         for call in calls:
             if any(a.star == "**" for a in call.args):
                 continue
@@ -225,6 +285,10 @@ class TorchLoadUnsafe(Rule):
                 # template, `"G_%d.pth" % epoch` saved and `"G_%d.pth" % opt.epoch` loaded, does)
             if floor is not None and floor >= (2, 6):
                 continue  # the default is `weights_only=True` on every version the project allows
+            if own_saves is None:
+                own_saves = ProjectFiles(ctx.project, ctx.path, ctx.source)
+            if own_saves.saved_here(ctx.span(call).line):
+                continue  # a file another module of the project writes with tensors only
             severity = Severity.WARNING if floor is not None else Severity.INFO
             declared = (
                 f"the project allows torch {floor_text(floor)}, where versions before 2.6 default to "

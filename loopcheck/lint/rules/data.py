@@ -233,10 +233,14 @@ class SamplerSetEpochMissing(Rule):
         call, found_index = None, index
         if isinstance(expr, cst.Call):
             call = expr
+        elif isinstance(expr, cst.IfExp):
+            call = _built_one_way(expr)
         else:
             values = flow.values_of(index, expr, at) if isinstance(expr, (cst.Name, cst.Attribute)) else []
             if len(values) == 1 and values[0][3] is None and isinstance(values[0][1], cst.Call):
                 found_index, call = values[0][0], values[0][1]
+            elif len(values) == 1 and values[0][3] is None and isinstance(values[0][1], cst.IfExp):
+                found_index, call = values[0][0], _built_one_way(values[0][1])
         if call is not None and _builds_distributed_sampler(flow, found_index, call):
             return Where(found_index, call)
         if call is not None and isinstance(call.func, (cst.Name, cst.Attribute)):
@@ -252,6 +256,12 @@ class SamplerSetEpochMissing(Rule):
         if not _builds_distributed_sampler(flow, obj.where.index, obj.where.node):
             return None
         return Where(obj.where.index, obj.where.node)
+
+
+def _built_one_way(choice: cst.IfExp) -> cst.Call | None:
+    """`DistributedSampler(ds) if distributed else None`: the call of the side that builds one."""
+    calls = [side for side in (choice.body, choice.orelse) if isinstance(side, cst.Call)]
+    return calls[0] if len(calls) == 1 else None
 
 
 def _builds_distributed_sampler(flow: Flow, index: ModuleIndex, call: cst.Call) -> bool:

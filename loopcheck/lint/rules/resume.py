@@ -576,7 +576,8 @@ class ResumeStateNotRestored(Rule):
         groups: dict[tuple, list[Restore]] = {}
         seen: set[tuple] = set()
         for e in trace.events:
-            if e.kind is not K.LOAD or e.detail.get("fn") != "torch.load" or not Trace.remember(seen, e):
+            # a load helper called twice reads two files (`load_checkpoint(cp_g)`, `load_checkpoint(cp_do)`)
+            if e.kind is not K.LOAD or e.detail.get("fn") != "torch.load" or not Trace.remember(seen, e, *(id(c.node) for c in e.via)):
                 continue
             where = _frame(e, trace)
             if where is None:

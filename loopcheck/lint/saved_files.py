@@ -1,0 +1,820 @@
+"""Files a project saves itself: the file name each `torch.save` of the project writes (Fabric's
+and accelerate's `save` too), and whether what it writes is tensors and plain values only.
+
+A path is read as *templates*: its literal text with every part that is not known blanked to
+`{}` (`os.path.join(out_dir, f"iter-{step:06d}.pth")` -> `{}/iter-{}.pth`). Names are followed
+to what their function binds them to, a parameter to its default and to what the calls in its
+module pass for it (`save_state(folder, "model.pt", sd)` names the file a helper's
+`torch.save(sd, folder / fname)` writes). The same reading of a `torch.load` path says whether
+the file loaded is one the project writes itself: both name the same file (a literal name, not
+only a suffix), `iter-{}.pth` written and `iter-000500.pth` read included.
+
+Files are read with the standard `ast` parser, only those whose text holds the word `save`, each
+once per version of its text; nothing here needs libcst.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass
+from itertools import islice, product
+from pathlib import Path
+from typing import Any, Iterable
+
+from loopcheck.lint.loopmodel.torch_api import SAVE_RECEIVERS
+
+_HOLE = "{}"
+_MAX = 24  # templates kept per expression
+_DEPTH = 5  # names, parameters and call sites followed per expression
+
+
+@dataclass(frozen=True)
+class _Element:
+    """The `index`-th element of what `source` holds (`a, b = source`)."""
+
+    source: ast.AST
+    index: int
+
+
+@dataclass(frozen=True)
+class SavedFile:
+    """One save of the project."""
+
+    path: str  # the file holding the save
+    line: int
+    names: frozenset[str]  # file-name templates (`iter-{}.pth`), informative ones only
+    tensors_only: bool  # state dicts, tensors, plain containers and values (no module, no namespace)
+    keys: frozenset[str] | None = None  # the literal keys of the dict saved, when it is one
+    suffixes: frozenset[str] = frozenset()  # what its path can end with (`.pth`, `.cleanrl_model`)
+    owners: frozenset[str] = frozenset()  # builders of the models whose state dicts it holds
+
+
+def file_names(templates: Iterable[str]) -> set[str]:
+    """The informative file names of path templates: the last part when its stem has a literal
+    letter or digit (`iter-{}.pth`), else the folder above with it (`cache/{}.pt`)."""
+    out = set()
+    for template in templates:
+        parts = template.replace("\\", "/").rstrip("/").split("/")
+        name = parts[-1]
+        stem = os.path.splitext(name)[0] if not name.startswith(".") else ""
+        if re.search(r"[A-Za-z0-9]", stem.replace(_HOLE, "")):
+            out.add(name)
+        elif len(parts) > 1 and re.search(r"[A-Za-z0-9]", parts[-2].replace(_HOLE, "")):
+            out.add(f"{parts[-2]}/{name}")
+    return out
+
+
+def _suffixes(templates: Iterable[str]) -> frozenset[str]:
+    """The file-name suffixes of path templates (`.pth`; none for `{}`)."""
+    found = (os.path.splitext(t.replace("\\", "/").rsplit("/", 1)[-1])[1] for t in templates)
+    return frozenset(x for x in found if x and _HOLE not in x and re.fullmatch(r"\.\w+", x))
+
+
+def same_file(loaded: str, saved: str) -> bool:
+    """Whether two file-name templates can name the same file."""
+    if loaded == saved:
+        return True
+    return bool(_pattern(saved).fullmatch(loaded) or _pattern(loaded).fullmatch(saved))
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    return re.compile(".+".join(re.escape(part) for part in template.split(_HOLE)))
+
+
+# ---- reading one module -------------------------------------------------------------------------
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class _Module:
+    """Scopes, bindings and calls of one `ast` module, enough to follow a path's names."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.parent: dict[int, ast.AST] = {}
+        self.binds: dict[tuple[int, str], list[ast.AST | None]] = {}  # (scope, name) -> values
+        self.calls: dict[str, list[ast.Call]] = {}  # callee's last name -> calls
+        self.torch_names = {"torch"}  # what `torch` is imported as (`import torch as th`)
+        self.defined: set[str] = set()  # classes and functions defined here
+        self.imported: dict[str, str] = {}  # name -> the (last part of the) module it is imported from
+        self.modules: set[str] = set()  # names of imported modules
+        stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
+        while stack:
+            node, scope = stack.pop()
+            inner = node if isinstance(node, _SCOPES) else scope
+            if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+                self.defined.add(node.name)
+            elif isinstance(node, ast.Import):
+                self.torch_names.update(a.asname for a in node.names if a.name == "torch" and a.asname)
+                self.modules.update((a.asname or a.name).rsplit(".", 1)[-1] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:  # `from utils import save_checkpoint`, `from . import ckpt`
+                    self.imported[a.asname or a.name] = (node.module or "").rsplit(".", 1)[-1]
+                    self.modules.add(a.asname or a.name)
+            elif isinstance(node, ast.Call):
+                last = _last(node.func)
+                if last:
+                    self.calls.setdefault(last, []).append(node)
+            self._note_binding(node, scope)
+            for child in ast.iter_child_nodes(node):
+                self.parent[id(child)] = node
+                stack.append((child, inner))
+
+    def _note_binding(self, node: ast.AST, scope: ast.AST) -> None:
+        targets: list[tuple[ast.AST, ast.AST | None]] = []
+        if isinstance(node, ast.Assign):
+            targets = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            targets = [(node.target, node.value)]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            targets = [(node.target, None)]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            opened = node.context_expr
+            # `with open(path, "wb") as f:` -> f names the file at `path`
+            value = opened.args[0] if isinstance(opened, ast.Call) and _last(opened.func) == "open" and opened.args else None
+            targets = [(node.optional_vars, value)]
+        for target, value in targets:
+            if isinstance(target, ast.Name):
+                self.binds.setdefault((id(scope), target.id), []).append(value)
+            elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                owner = self.class_of(scope)
+                if owner is not None:
+                    self.binds.setdefault((id(owner), target.attr), []).append(value)
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                for i, element in enumerate(target.elts):
+                    if isinstance(element, ast.Name):
+                        part = _Element(value, i) if value is not None else None
+                        self.binds.setdefault((id(scope), element.id), []).append(part)  # type: ignore[arg-type]
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        current = self.parent.get(id(node))
+        while current is not None and not isinstance(current, _SCOPES):
+            current = self.parent.get(id(current))
+        return current if current is not None else self.tree
+
+    def class_of(self, scope: ast.AST) -> ast.ClassDef | None:
+        """The class a method (or a class body) belongs to."""
+        if isinstance(scope, ast.ClassDef):
+            return scope
+        owner = self.parent.get(id(scope)) if isinstance(scope, _FUNCTIONS) else None
+        return owner if isinstance(owner, ast.ClassDef) else None
+
+    def function_of(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        scope = self.scope_of(node)
+        return scope if isinstance(scope, _FUNCTIONS) else None
+
+    # -- what a name holds ----------------------------------------------------------------------
+
+    def values(self, node: ast.Name | ast.Attribute, depth: int = 0) -> list[ast.AST | None]:
+        """`_values`, with the elements of unpacked tuples picked out (`a, b = pair`)."""
+        out: list[ast.AST | None] = []
+        for value in self._values(node):
+            out += self._pick(value, depth) if isinstance(value, _Element) else [value]
+        return out
+
+    def _pick(self, element: "_Element", depth: int) -> list[ast.AST | None]:
+        source = element.source
+        if isinstance(source, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in source.elts):
+            return [source.elts[element.index]] if element.index < len(source.elts) else [None]
+        if isinstance(source, (ast.Name, ast.Attribute)) and depth < 3:
+            out: list[ast.AST | None] = []
+            for value in self.values(source, depth + 1):
+                out += self._pick(_Element(value, element.index), depth + 1) if value is not None else [None]
+            return out
+        return [None]
+
+    def _values(self, node: ast.Name | ast.Attribute) -> list[ast.AST | None]:
+        """What a name (or `self.x`) can hold: each binding in its function, its parameter's
+        default and each argument the module's calls pass for it, else its module-level bindings
+        (`self.x`: its class attribute and what the class's methods assign); None stands for a
+        value not known."""
+        scope = self.scope_of(node)
+        if isinstance(node, ast.Attribute):
+            owner = self.class_of(scope)
+            if owner is None or not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                return [None]
+            return list(self.binds.get((id(owner), node.attr), [])) or [None]
+        found = list(self.binds.get((id(scope), node.id), []))
+        if isinstance(scope, _FUNCTIONS):
+            param = _parameter(scope, node.id)
+            if param is not None:
+                index, default = param
+                passed = self._passed(scope, index, node.id)
+                found += [default, *passed] if default is not None else passed or [None]
+        if not found and scope is not self.tree:
+            found = list(self.binds.get((id(self.tree), node.id), []))
+        return found or [None]
+
+    def _passed(self, func: ast.FunctionDef | ast.AsyncFunctionDef, index: int | None, name: str) -> list[ast.AST | None]:
+        out: list[ast.AST | None] = []
+        for call in self.calls.get(func.name, []):
+            value = argument(call, func, index, name)
+            if value is not None:
+                out.append(value)
+        return out
+
+
+def argument(call: ast.Call, func: ast.FunctionDef | ast.AsyncFunctionDef, index: int | None, name: str) -> ast.AST | None:
+    """What `call` passes for parameter `name` (at `index`) of `func`."""
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    value = next((k.value for k in call.keywords if k.arg == name), None)
+    if value is None and index is not None:
+        method = bool(func.args.args) and func.args.args[0].arg in ("self", "cls")
+        position = index - 1 if method and isinstance(call.func, ast.Attribute) else index
+        if 0 <= position < len(call.args):
+            value = call.args[position]
+    return value
+
+
+def _parameter(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> tuple[int | None, ast.AST | None] | None:
+    """(position, default) of a parameter, None when the function has no such parameter."""
+    args = func.args
+    positional = [*args.posonlyargs, *args.args]
+    for i, arg in enumerate(positional):
+        if arg.arg == name:
+            offset = len(positional) - len(args.defaults)
+            return i, args.defaults[i - offset] if i >= offset else None
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        if arg.arg == name:
+            return None, default
+    return None
+
+
+def _last(func: ast.AST) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else ""
+    return ""
+
+
+# ---- path templates -----------------------------------------------------------------------------
+
+# calls whose result is the path their arguments join (`os.path.join`, `Path(...)`, `str(p)`)
+_JOINS = frozenset({"join", "joinpath", "Path", "PurePath", "PosixPath", "str", "fspath", "abspath", "realpath",
+                    "expanduser", "normpath", "resolve", "absolute"})
+
+
+def templates(module: _Module, node: ast.AST | None, depth: int = 0) -> set[str]:
+    """The path templates an expression can hold."""
+    if node is None or depth > _DEPTH:
+        return {_HOLE}
+    if isinstance(node, ast.Constant):
+        return {node.value} if isinstance(node.value, str) else {_HOLE}
+    if isinstance(node, ast.JoinedStr):
+        parts = [v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else _HOLE for v in node.values]
+        return {"".join(parts)}
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Div):
+            return _combine(templates(module, node.left, depth + 1), templates(module, node.right, depth + 1), "/")
+        if isinstance(node.op, ast.Add):
+            return _combine(templates(module, node.left, depth + 1), templates(module, node.right, depth + 1), "")
+        if isinstance(node.op, ast.Mod):
+            return {re.sub(r"%[-#0 +.\d]*[a-zA-Z]", _HOLE, t) for t in templates(module, node.left, depth + 1)}
+        return {_HOLE}
+    if isinstance(node, ast.Call):
+        last = _last(node.func)
+        if last == "format" and isinstance(node.func, ast.Attribute):
+            return {re.sub(r"\{[^{}]*\}", _HOLE, t) for t in templates(module, node.func.value, depth + 1)}
+        if last in _JOINS or "path" in last.lower():
+            found = {""}
+            if isinstance(node.func, ast.Attribute) and last in ("joinpath", "resolve", "absolute"):
+                found = templates(module, node.func.value, depth + 1)
+            for arg in node.args:
+                found = _combine(found, templates(module, arg, depth + 1), "/")
+            return found - {""} or {_HOLE}
+        named = next((k.value for k in node.keywords if k.arg == "filename"), None)  # a hub download
+        return templates(module, named, depth + 1) if named is not None else {_HOLE}
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        found: set[str] = set()
+        for value in module.values(node):
+            found |= templates(module, value, depth + 1)
+        return set(islice(found, _MAX)) or {_HOLE}
+    return {_HOLE}
+
+
+def _combine(left: set[str], right: set[str], sep: str) -> set[str]:
+    out = set()
+    for a, b in islice(product(left, right), _MAX):
+        out.add(b if sep and b.startswith("/") else (f"{a}{sep}{b}" if a else b))
+    return out
+
+
+# ---- what is saved ------------------------------------------------------------------------------
+
+# names of what pickles as a class rather than tensors: modules, optimizers, option namespaces
+_PICKLED = frozenset({
+    "model", "models", "net", "network", "module", "optimizer", "optim", "opt", "scheduler", "sched", "encoder",
+    "decoder", "discriminator", "generator", "ema", "scaler", "tokenizer", "args", "config", "cfg", "hparams",
+    "trainer", "self", "engine", "pipeline", "pipe", "learner", "agent", "policy", "critic", "actor",
+})
+_HOLDS_STATE = frozenset({"dict", "state", "states", "sd", "weights", "params", "data", "tensor", "tensors"})
+_PLAIN_CALLS = frozenset({"dict", "OrderedDict", "list", "tuple", "defaultdict", "cpu", "detach", "clone", "item",
+                          "tolist", "to", "half", "float", "contiguous", "stack", "cat", "tensor", "zeros", "ones"})
+
+
+def _tokens(name: str) -> list[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return [t for t in re.split(r"[^a-z0-9]+", spaced.lower()) if t]
+
+
+def _pickles_class(name: str) -> bool:
+    """`model`, `ema_model`, `netG`, `args`: spelled like an object that pickles as its class
+    (`model_state`, `trainer_state` are named after what they hold: plain)."""
+    tokens = _tokens(name.rsplit(".", 1)[-1])
+    if not tokens or set(tokens) & _HOLDS_STATE:
+        return False
+    return tokens[-1] in _PICKLED or (len(tokens) == 2 and tokens[0] in _PICKLED and len(tokens[1]) <= 2)
+
+
+def tensors_only(module: _Module, node: ast.AST | None, depth: int = 0) -> bool:
+    """Whether a saved object holds state dicts, tensors and plain values only (as far as can be
+    told: a name is judged by what it is bound to, else by how it is spelled)."""
+    if node is None or depth > _DEPTH:
+        return True
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Dict):
+        return all(tensors_only(module, v, depth + 1) for v in node.values)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(tensors_only(module, v, depth + 1) for v in node.elts)
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        return tensors_only(module, node.elt, depth + 1)
+    if isinstance(node, ast.DictComp):
+        return tensors_only(module, node.value, depth + 1)
+    if isinstance(node, ast.Call):
+        last = _last(node.func)
+        if last in ("state_dict", "get_rng_state", "getstate"):
+            return True
+        if last in ("deepcopy", "copy") and node.args:
+            return tensors_only(module, node.args[0], depth + 1)
+        if last in _PLAIN_CALLS:
+            head = node.func.value if isinstance(node.func, ast.Attribute) else None
+            inner = [head] if head is not None else []
+            return all(tensors_only(module, a, depth + 1) for a in [*inner, *node.args, *(k.value for k in node.keywords)])
+        if last.endswith("Tensor") or last.startswith("from_numpy"):
+            return True  # `torch.ByteTensor(...)`
+        dotted = _dotted(node.func)
+        if dotted.split(".", 1)[0] in ("np", "numpy") or last == "numpy":
+            return False  # NumPy arrays and RNG states unpickle NumPy classes the 2.6 default refuses
+        if "models." in f"{dotted}." or last in ("create_model", "from_pretrained", "from_config", "build_model"):
+            return False  # a model factory (`torchvision.models.resnet18(...)`, `timm.create_model`)
+        if last[:1].isupper() or _pickles_class(last):
+            return False  # a constructed object, a model built by a helper
+        return True
+    if isinstance(node, ast.Name):
+        if _pickles_class(node.id):
+            return False
+        return all(value is None or tensors_only(module, value, depth + 1) for value in module.values(node))
+    if isinstance(node, ast.Attribute):
+        return not _pickles_class(node.attr)
+    if isinstance(node, ast.IfExp):
+        return tensors_only(module, node.body, depth + 1) and tensors_only(module, node.orelse, depth + 1)
+    if isinstance(node, (ast.Subscript, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp)):
+        return True
+    return False
+
+
+# calls that hand back the module they are called on (`Net().to(device)`)
+_SAME_MODULE = frozenset({"to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16",
+                          "requires_grad_"})
+
+
+def builders(module: _Module, node: ast.AST | None, depth: int = 0) -> set[str]:
+    """The classes or factories a model is built by (`Generator(...).to(device)` -> Generator)."""
+    if node is None or depth > _DEPTH:
+        return set()
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _SAME_MODULE:
+            return builders(module, func.value, depth + 1)
+        last = _last(func)
+        return {last} if last else set()
+    if isinstance(node, ast.Attribute) and node.attr in ("module", "_orig_mod"):
+        return builders(module, node.value, depth + 1)
+    if isinstance(node, ast.IfExp):
+        return builders(module, node.body, depth + 1) | builders(module, node.orelse, depth + 1)
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        found: set[str] = set()
+        for value in module.values(node):
+            found |= builders(module, value, depth + 1)
+        return found
+    return set()
+
+
+def state_owners(module: _Module, node: ast.AST | None, depth: int = 0) -> set[str]:
+    """The builders of the models whose `state_dict()` a saved object holds."""
+    if node is None or depth > _DEPTH:
+        return set()
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict":
+        return builders(module, node.func.value)
+    if isinstance(node, ast.Dict):
+        return set().union(*(state_owners(module, v, depth + 1) for v in node.values))
+    if isinstance(node, ast.Name):
+        return set().union(*(state_owners(module, v, depth + 1) for v in module.values(node)))
+    return set()
+
+
+# ---- saves and loads of a module ----------------------------------------------------------------
+
+
+def dict_keys(module: _Module, node: ast.AST | None, depth: int = 0) -> frozenset[str] | None:
+    """The literal keys of a dict expression (a name followed to its bindings); None: unknown."""
+    if node is None or depth > _DEPTH:
+        return None
+    if isinstance(node, ast.Dict):
+        if any(k is None or not (isinstance(k, ast.Constant) and isinstance(k.value, str)) for k in node.keys):
+            return None
+        return frozenset(k.value for k in node.keys)  # type: ignore[union-attr]
+    if isinstance(node, ast.Call) and _last(node.func) in ("dict", "OrderedDict") and not node.args:
+        return frozenset(k.arg for k in node.keywords if k.arg) if all(k.arg for k in node.keywords) else None
+    if isinstance(node, ast.Name):
+        found = [dict_keys(module, v, depth + 1) for v in module.values(node)]
+        if not found or any(f is None for f in found):
+            return None
+        return frozenset().union(*found)  # type: ignore[arg-type]
+    return None
+
+
+def _save_call(call: ast.Call, torch_names: set[str]) -> tuple[ast.AST | None, ast.AST | None] | None:
+    """(object, path) of a save call: `torch.save(obj, f)`, `fabric.save(path, state)`,
+    `accelerator.save(obj, f)`; None for any other call."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr != "save":
+        return None
+    receiver = _dotted(func.value)
+    if receiver not in torch_names and receiver not in SAVE_RECEIVERS:
+        return None
+    fabric = receiver.rsplit(".", 1)[-1] == "fabric"
+    names = ("path", "state") if fabric else ("obj", "f")
+    args: list[ast.AST | None] = [*call.args[:2], None, None][:2]
+    for k in call.keywords:
+        if k.arg in names:
+            args[names.index(k.arg)] = k.value
+    path, obj = (args[0], args[1]) if fabric else (args[1], args[0])
+    return obj, path
+
+
+@dataclass(frozen=True)
+class _Helper:
+    """A project function that saves what it is given (`save_checkpoint(state, filename)`)."""
+
+    name: str
+    func: ast.FunctionDef | ast.AsyncFunctionDef
+    obj: tuple[int | None, str] | None  # the parameter holding the saved object, if one does
+    saved: SavedFile  # the save inside it
+
+
+def _direct_saves(module: _Module, path: str) -> tuple[list[SavedFile], list[_Helper]]:
+    saves, helpers = [], []
+    for call in module.calls.get("save", []):
+        found = _save_call(call, module.torch_names)
+        if found is None:
+            continue
+        obj, target = found
+        converted = isinstance(call.func, ast.Attribute) and _dotted(call.func.value).rsplit(".", 1)[-1] == "fabric"
+        paths = templates(module, target)
+        saved = SavedFile(
+            path, call.lineno, frozenset(file_names(paths)), converted or tensors_only(module, obj),
+            dict_keys(module, obj), _suffixes(paths), frozenset(state_owners(module, obj)),
+        )
+        saves.append(saved)
+        func = module.function_of(call)
+        if func is not None:
+            params = _parameters(func)
+            used = _names_in(module, target) | _names_in(module, obj)
+            if used & set(params):
+                own = obj.id if isinstance(obj, ast.Name) and obj.id in params else None
+                helpers.append(_Helper(func.name, func, (params[own], own) if own else None, saved))
+    return saves, helpers
+
+
+def _parameters(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int | None]:
+    positional = [*func.args.posonlyargs, *func.args.args]
+    found: dict[str, int | None] = {a.arg: i for i, a in enumerate(positional)}
+    found.update((a.arg, None) for a in func.args.kwonlyargs)
+    return found
+
+
+def _names_in(module: _Module, node: ast.AST | None) -> set[str]:
+    """The names an expression reads, and those its names' bindings in the function read."""
+    if node is None:
+        return set()
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    scope = module.scope_of(node)
+    for name in list(names):
+        for value in module.binds.get((id(scope), name), []):
+            value = value.source if isinstance(value, _Element) else value
+            if value is not None:
+                names |= {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+    return names
+
+
+def _calls_helper(module: _Module, path: str, call: ast.Call, helper: _Helper) -> bool:
+    """Whether `call` calls the project save helper: by its name where it is defined or imported
+    from its module, as `self.helper(...)` in its own module, or as `module.helper(...)`."""
+    home = Path(helper.saved.path).stem
+    same = os.path.realpath(path) == os.path.realpath(helper.saved.path)
+    func = call.func
+    if isinstance(func, ast.Name):
+        return same or module.imported.get(func.id) in (home, "") or (home == "__init__" and func.id in module.imported)
+    receiver = _dotted(func.value) if isinstance(func, ast.Attribute) else ""
+    if receiver in ("self", "cls"):
+        return same
+    return receiver.rsplit(".", 1)[-1] == home and home in module.modules
+
+
+def _helper_calls(module: _Module, path: str, helpers: dict[str, list[_Helper]]) -> list[SavedFile]:
+    """The saves made by calling a project save helper: the file names its arguments give, and
+    what the argument it saves holds."""
+    out = []
+    for name, found in helpers.items():
+        for call in module.calls.get(name, []):
+            for helper in found:
+                if not _calls_helper(module, path, call, helper):
+                    continue
+                obj = argument(call, helper.func, *helper.obj) if helper.obj else None
+                if helper.obj and obj is None:
+                    continue  # what it saves is not known here
+                paths = set()
+                for arg in [*call.args, *(k.value for k in call.keywords)]:
+                    if arg is not obj:
+                        paths |= templates(module, arg)
+                names = frozenset(file_names(paths)) | helper.saved.names
+                suffixes = _suffixes(paths) | helper.saved.suffixes
+                if helper.obj is None:
+                    saved = SavedFile(path, call.lineno, names, helper.saved.tensors_only, helper.saved.keys,
+                                      suffixes, helper.saved.owners)
+                else:
+                    saved = SavedFile(path, call.lineno, names, tensors_only(module, obj), dict_keys(module, obj),
+                                      suffixes, frozenset(state_owners(module, obj)))
+                out.append(saved)
+    return out
+
+
+# ---- the loads of a module ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a `load(...)` call of the linted file can be told apart by."""
+
+    names: frozenset[str]  # file-name templates of its path
+    suffixes: frozenset[str]  # the suffixes its path can end with
+    keys: frozenset[str]  # keys read from what it returns (here, or where its function is called)
+    returned_by: str  # the function returning the loaded object ('' when none does)
+    receivers: frozenset[str] = frozenset()  # builders of the model whose `load_state_dict` takes it
+    pretrained: bool = False  # its path is named like weights from elsewhere (`pretrained`, `name_or_path`)
+
+
+def loads_in(source: str, path: str) -> dict[int, list[Load]]:
+    """The `load(...)` calls of a module, by line."""
+    module = _parse(source, path)
+    if module is None:
+        return {}
+    out: dict[int, list[Load]] = {}
+    for call in module.calls.get("load", []):
+        target = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "f"), None)
+        if target is None:
+            continue
+        keys, returned = _keys_read(module, call)
+        func = module.function_of(call)
+        paths = templates(module, target)
+        out.setdefault(call.lineno, []).append(Load(
+            frozenset(file_names(paths)), _suffixes(paths), frozenset(keys),
+            func.name if returned and func is not None else "", frozenset(_receivers(module, call)),
+            bool(_ELSEWHERE.search(" ".join(sorted(_path_words(module, target))))),
+        ))
+    return out
+
+
+# names of paths to weights that come from elsewhere (a hub, a download, a pretrained release)
+_ELSEWHERE = re.compile(r"pretrained|name_or_path|\burl\b|_url|download|\bhub\b|_hub|hf_", re.I)
+
+
+def _path_words(module: _Module, node: ast.AST) -> set[str]:
+    """The names and attributes a path expression reads, with those its names are bound to."""
+    words: set[str] = set()
+    for part in [node, *(v for n in ast.walk(node) if isinstance(n, ast.Name) for v in module.values(n) if v is not None)]:
+        words |= {n.id for n in ast.walk(part) if isinstance(n, ast.Name)}
+        words |= {n.attr for n in ast.walk(part) if isinstance(n, ast.Attribute)}
+    return words
+
+
+def _receivers(module: _Module, load: ast.Call) -> set[str]:
+    """Builders of the model `X.load_state_dict(torch.load(...))` loads into (also through one name
+    or one key), and the function building it when that function returns it."""
+    value: ast.AST = load
+    parent = module.parent.get(id(value))
+    if isinstance(parent, ast.Subscript) and parent.value is value:
+        value, parent = parent, module.parent.get(id(parent))
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+        name = parent.targets[0].id
+        uses = [n for n in ast.walk(module.scope_of(load)) if isinstance(n, ast.Name) and n.id == name]
+        consumers = [module.parent.get(id(n)) for n in uses]
+        consumers = [module.parent.get(id(c)) if isinstance(c, ast.Subscript) else c for c in consumers]
+    else:
+        consumers = [parent]
+    found: set[str] = set()
+    for call in consumers:
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "load_state_dict":
+            model = call.func.value
+            found |= builders(module, model)
+            func = module.function_of(load)
+            returned = {_dotted(r.value) for r in ast.walk(func) if isinstance(r, ast.Return) and r.value is not None} if func else set()
+            if func is not None and _dotted(model) in returned:
+                found.add(func.name)
+    return found
+
+
+def _keys_read(module: _Module, value: ast.AST) -> tuple[set[str], bool]:
+    """The literal keys read from a value (`ckpt["model"]`, `ckpt.get("step")`, `"ema" in ckpt`)
+    where it is used, following one name it is bound to; and whether its function returns it."""
+    keys: set[str] = set()
+    parent = module.parent.get(id(value))
+    key = _key_of(module, value)
+    if key is not None:
+        return {key}, False
+    if isinstance(parent, ast.Return):
+        return keys, True
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return keys, False
+    name = parent.targets[0].id
+    scope = module.scope_of(value)
+    returned = False
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+            key = _key_of(module, node)
+            if key is not None:
+                keys.add(key)
+            elif isinstance(module.parent.get(id(node)), ast.Return):
+                returned = True
+    return keys, returned
+
+
+def _key_of(module: _Module, node: ast.AST) -> str | None:
+    parent = module.parent.get(id(node))
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        index = parent.slice
+        return index.value if isinstance(index, ast.Constant) and isinstance(index.value, str) else None
+    if isinstance(parent, ast.Attribute) and parent.attr in ("get", "pop"):
+        call = module.parent.get(id(parent))
+        if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant):
+            return call.args[0].value if isinstance(call.args[0].value, str) else None
+    if isinstance(parent, ast.Compare) and node in parent.comparators and isinstance(parent.left, ast.Constant):
+        return parent.left.value if isinstance(parent.left.value, str) else None
+    return None
+
+
+def caller_keys(module: _Module, function: str) -> list[set[str]]:
+    """The keys read from what each call to `function` returns, in one module."""
+    return [keys for keys in (_keys_read(module, call)[0] for call in module.calls.get(function, [])) if keys]
+
+
+def _reads_saved(keys: set[str], saved: frozenset[str]) -> bool:
+    """Keys read back from a loaded dict are a training checkpoint's the project writes: at least
+    half of them, two or more, one of them training state (the optimizer, the step). Weights or
+    embeddings alone (`ckpt["model"]`, `data["string_to_param"]`) are laid out the same way in
+    files others share."""
+    from loopcheck.lint.rules._saves import TRAINING_STATE, key_item
+
+    matched = keys & saved
+    return (
+        len(matched) >= max(2, (len(keys) + 1) // 2)
+        and any(key_item(k, "state_dict") in TRAINING_STATE for k in matched)
+    )
+
+
+def _parse(source: bytes | str, path: str) -> _Module | None:
+    try:
+        return _Module(ast.parse(source, filename=path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+# ---- the project --------------------------------------------------------------------------------
+
+# suffixes too common to say whose file it is
+_COMMON_SUFFIXES = frozenset({
+    ".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl", ".pickle", ".model", ".safetensors", ".npz", ".npy", ".h5",
+    ".zip", ".json", ".gz", ".data", ".state", ".params", ".weights", ".torch", ".th", ".dat", ".p", ".txt",
+})
+
+
+_MODULES: "dict[str, tuple[Any, _Module | None]]" = {}  # file -> (its stamp, its module)
+_PROJECTS: "dict[int, tuple[tuple, list[SavedFile], dict[str, list[_Helper]]]]" = {}  # per project: saves
+
+
+def _module_at(project: Any, name: str) -> _Module | None:
+    """The module of a project file, parsed once per version of its text."""
+    from loopcheck.lint.project import file_stamp
+
+    stamp = file_stamp(Path(name))
+    cached = _MODULES.get(name)
+    if cached is None or cached[0] != stamp:
+        if len(_MODULES) > 4096:
+            _MODULES.clear()
+        try:
+            data = project.read(Path(name))
+        except OSError:
+            return None
+        cached = _MODULES[name] = (stamp, _parse(data, name))
+    return cached[1]
+
+
+def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helper]]]:
+    """Every save of the project's files as they are on disk, and its save helpers."""
+    from loopcheck.lint.project import file_stamp
+
+    files = project.files_mentioning("save")
+    stamps = tuple((f, file_stamp(Path(f))) for f in files)
+    cached = _PROJECTS.get(id(project))
+    if cached is not None and cached[0] == stamps:
+        return cached[1], cached[2]
+    saves: list[SavedFile] = []
+    helpers: dict[str, list[_Helper]] = {}
+    for name in files:
+        module = _module_at(project, name)
+        if module is not None:
+            direct, found = _direct_saves(module, name)
+            saves += direct
+            for helper in found:
+                helpers.setdefault(helper.name, []).append(helper)
+    for name in sorted({f for h in helpers for f in project.files_mentioning(h)}):
+        module = _module_at(project, name)
+        if module is not None:
+            saves += _helper_calls(module, name, helpers)
+    _PROJECTS[id(project)] = (stamps, saves, helpers)
+    return saves, helpers
+
+
+class ProjectFiles:
+    """What the project saves, and what each load of one linted file reads."""
+
+    def __init__(self, project: Any, path: str, source: str) -> None:
+        self.here = os.path.realpath(path)
+        # a text that is no file of the project (a snippet) is read alone
+        on_disk = os.path.isfile(self.here) and hasattr(project, "files_mentioning") and project.covers(self.here)
+        self.project = project if on_disk else None
+        self.own = _parse(source, path)
+        saves, helpers = _project_saves(self.project) if self.project is not None else ([], {})
+        if self.own is not None:  # the linted text, which may differ from the file on disk
+            direct, found = _direct_saves(self.own, path)
+            mine = dict(helpers)
+            for helper in found:
+                mine.setdefault(helper.name, []).append(helper)
+            saves = saves + direct + _helper_calls(self.own, path, mine)
+        own_saves = [s for s in saves if s.tensors_only]
+        pickled = {n for s in saves if not s.tensors_only for n in s.names}  # `torch.save(model, ...)`
+        self.names = {n for s in own_saves for n in s.names} - pickled
+        self.suffixes = {x for s in own_saves for x in s.suffixes} - _COMMON_SUFFIXES
+        self.keys = [s.keys for s in own_saves if s.keys]
+        self.owners = {o for s in own_saves for o in s.owners}
+        self.loads = loads_in(source, path) if own_saves else {}
+
+    def _defined(self, name: str) -> bool:
+        """Whether the project defines a class or function of that name (a model it builds)."""
+        if self.own is not None and name in self.own.defined:
+            return True
+        if self.project is None:
+            return False
+        return any(
+            (module := _module_at(self.project, f)) is not None and name in module.defined
+            for f in self.project.files_mentioning(name)
+        )
+
+    def saved_here(self, line: int) -> bool:
+        """Whether a load on this line reads a file the project writes with tensors only: the
+        same file name, the project's own suffix, or read back with the keys a save writes."""
+        for load in self.loads.get(line, ()):
+            if any(same_file(loaded, saved) for loaded in load.names for saved in self.names):
+                return True
+            if load.suffixes & self.suffixes:
+                return True
+            if load.pretrained:
+                continue  # only its file name could say it is the project's own
+            reads = [set(load.keys)] if load.keys else []
+            if load.returned_by and self.project is not None:
+                for name in [self.here, *self.project.files_mentioning(load.returned_by)]:
+                    module = self.own if name == self.here else _module_at(self.project, name)
+                    if module is not None:
+                        reads += caller_keys(module, load.returned_by)
+            if any(_reads_saved(keys, saved) for keys in reads for saved in self.keys):
+                return True
+            if any(self._defined(name) for name in load.receivers & self.owners):
+                return True
+        return False
