@@ -556,10 +556,8 @@ def check_files(
 
         _import_analysis()  # once here rather than in every worker (they start as copies of this process)
         chunk = max(1, min(8, len(tasks) // (workers * 16)))
-        context = _forking()
-        with _shared_modules([t[0] for t in tasks], context is not None):
-            with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup, mp_context=context) as pool:
-                analyses = list(pool.map(_analyse_one, tasks, chunksize=chunk))
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
+            analyses = list(pool.map(_analyse_one, tasks, chunksize=chunk))
     else:
         with _collector_relaxed():
             analyses = [_analyse_one(task) for task in tasks]
@@ -577,50 +575,6 @@ def check_files(
             result.findings.sort(key=_order)
         results.append(result)
     return results
-
-
-def _forking() -> Any:
-    """The `fork` start method when this platform has it and this process runs no other thread
-    (forking copies one thread only): the workers then start with what this process parsed."""
-    import multiprocessing
-    import threading
-
-    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
-        return None
-    return multiprocessing.get_context("fork")
-
-
-@contextmanager
-def _shared_modules(names: list[str], forking: bool) -> Iterator[None]:
-    """Parse, before the workers fork, the project modules that the files of more than one task
-    reach (a training library every script imports): each worker would otherwise parse them
-    again, and walk them again. Frozen for the collector meanwhile, so that neither the workers'
-    collections nor their copies of the pages holding these objects cost anything."""
-    if not forking:
-        yield
-        return
-    import gc
-
-    reached: dict[str, int] = {}
-    for name in names:
-        project = project_for(name)
-        if project is None:
-            continue
-        for module in project.reach(Path(name)):
-            reached[module] = reached.get(module, 0) + 1
-    from loopcheck.lint.syntax import module_walk
-
-    with _collector_relaxed():
-        for module, count in reached.items():
-            if count > 1:
-                parsed = project_for(module).parse(Path(module))
-                if parsed is not None:
-                    module_walk(parsed.module)
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:

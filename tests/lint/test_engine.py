@@ -220,34 +220,7 @@ def test_required_words_never_change_the_findings_of_the_fixtures(monkeypatch: p
     assert with_filters.findings
 
 
-def test_modules_several_files_import_are_parsed_once_before_the_workers_fork(tmp_path: Path) -> None:
-    """The parent parses what more than one task reaches; a module only one file imports is
-    left to that file's worker."""
-    import os
-
-    from loopcheck.lint import engine
-
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    (tmp_path / "common.py").write_text("import torch\n\ndef step(opt):\n    opt.step()\n")
-    (tmp_path / "only_one.py").write_text("def helper():\n    return 1\n")
-    names = []
-    for i in range(3):
-        f = tmp_path / f"train_{i}.py"
-        extra = "from only_one import helper\n" if i == 0 else ""
-        f.write_text(f"from common import step\n{extra}\nstep(None)\n")
-        names.append(str(f))
-    engine._PROJECTS.clear()
-    with engine._shared_modules(names, forking=True):
-        project = engine.project_for(names[0])
-        common = os.path.realpath(tmp_path / "common.py")
-        assert project.parses[common] == 1
-        assert project.parses[os.path.realpath(tmp_path / "only_one.py")] == 0
-    with engine._shared_modules(names, forking=False):
-        assert project.parses[common] == 1  # nothing parsed when the workers would not inherit it
-    engine._PROJECTS.clear()
-
-
-def test_workers_that_inherit_shared_modules_find_the_same(tmp_path: Path) -> None:
+def test_workers_find_what_one_process_finds_across_modules(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     (tmp_path / "steps.py").write_text(textwrap.dedent("""\
         def train_step(model, batch, optimizer):
