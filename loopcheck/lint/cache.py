@@ -31,6 +31,7 @@ from loopcheck.findings import Finding, Severity
 from loopcheck.lint.output.report import FileError
 
 DIRNAME = ".loopcheck_cache"
+_UNSEEN = object()
 SCHEMA = 1
 _MAX_DEPS = 20_000  # as many as a project walk finds (project._MAX_FILES)
 
@@ -105,18 +106,26 @@ class Cache:
         self.dir = root / DIRNAME / f"v{SCHEMA}-{_salt()}"
         self.summaries = self.dir / "summaries"  # module summaries by content (`summary.SummaryStore`)
         self._hashes: dict[Path, str | None] = {}
+        self._given: dict[str, str | None] = {}
         self._writable = True
         self.hits = 0
         self.misses = 0
 
-    def file_hash(self, path: Path) -> str | None:
-        path = path.resolve()
-        if path not in self._hashes:
+    def file_hash(self, path: Path | str) -> str | None:
+        # keyed by the path as given first: an entry lists hundreds of dependencies, and
+        # resolving each one again (a system call per path component) cost more than the rest
+        # of a warm run
+        found = self._given.get(str(path), _UNSEEN)
+        if found is not _UNSEEN:
+            return found
+        real = Path(path).resolve()
+        if real not in self._hashes:
             try:
-                self._hashes[path] = digest(path.read_bytes())
+                self._hashes[real] = digest(real.read_bytes())
             except OSError:
-                self._hashes[path] = None
-        return self._hashes[path]
+                self._hashes[real] = None
+        self._given[str(path)] = self._hashes[real]
+        return self._hashes[real]
 
     def _entry_path(self, path: Path, key: str) -> Path:
         name = digest(f"{path.resolve()}\0{key}".encode())[:32]
@@ -129,7 +138,7 @@ class Cache:
             if raw.get("schema") != SCHEMA or raw.get("sha") != digest(data):
                 return self._miss()
             deps = raw["deps"]
-            if not isinstance(deps, dict) or any(self.file_hash(Path(p)) != h for p, h in deps.items()):
+            if not isinstance(deps, dict) or any(self.file_hash(p) != h for p, h in deps.items()):
                 return self._miss()
             entry = Entry(
                 findings=[_finding_from_json(d) for d in raw["findings"]],
