@@ -362,8 +362,9 @@ class _Run:
         for f, result in results:
             outcome = self.postprocess(f, configs[f], result, data[f])
             if promise:
-                # worked out with the run's codes: good for a file whose configuration enables them all
-                applied = getattr(result, "fixes_applied", None) if configs[f].enabled_codes == union else None
+                # worked out with the run's codes: good for a file that checks exactly those
+                same = enabled_for(configs[f], f).codes == union
+                applied = getattr(result, "fixes_applied", None) if same else None
                 outcome = self.promise_only_applied(f, configs[f], outcome, data[f], applied)
             outcomes[f] = outcome
             if cache is not None and f not in here and not is_notebook(f):
@@ -386,10 +387,7 @@ class _Run:
             return outcome
         mine = [x for x in outcome.findings if self.key(Path(x.path or f)) == self.key(f)]
         others = [x for x in outcome.findings if self.key(Path(x.path or f)) != self.key(f)]
-        enabled = enabled_for(config, f)
-        if applied is not None and enabled.codes != frozenset(config.enabled_codes):
-            applied = None  # per-file ignores: the run's codes are not this file's
-        kept = keep_applied(mine, text, str(f), enabled, applied)
+        kept = keep_applied(mine, text, str(f), enabled_for(config, f), applied)
         return FileOutcome(kept + others, outcome.errors)
 
     def cache_key(self, config: Config) -> str:

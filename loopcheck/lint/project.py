@@ -194,7 +194,9 @@ class Project:
         self._reach.clear()
         self._mentions.clear()
 
-    def _stamp(self, path: Path) -> tuple[int, int] | None:
+    def stamp(self, path: Path) -> tuple[int, int] | None:
+        """What changes when the text this project reads for `path` changes (an open buffer's
+        version, else the file's size and time); None when it cannot be read."""
         found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
         return (-1, found[0]) if found is not None else file_stamp(path)
 
@@ -214,7 +216,7 @@ class Project:
     def parse(self, path: Path) -> ParsedModule | None:
         """The parsed module at `path`, or None when it cannot be read, decoded or parsed."""
         key = os.path.abspath(path)
-        stamp = self._stamp(path)
+        stamp = self.stamp(path)
         if stamp is None:
             return None
         cached = self._parsed.get(key)
@@ -245,13 +247,13 @@ class Project:
     def parsed_as(self, path: str, source: str) -> "cst.Module | None":
         """The module this project already parsed from `path`, when its text is `source`."""
         cached = self._parsed.get(os.path.abspath(path))
-        if cached is None or cached[1] is None or cached[1].source != source or cached[0] != self._stamp(Path(path)):
+        if cached is None or cached[1] is None or cached[1].source != source or cached[0] != self.stamp(Path(path)):
             return None
         return cached[1].module
 
     def remember(self, path: str, source: str, module: cst.Module) -> None:
         """Register a module the engine has already parsed, so it is not parsed a second time."""
-        stamp = self._stamp(Path(path))
+        stamp = self.stamp(Path(path))
         if stamp is None:
             return
         memo.pin(module)
@@ -285,7 +287,7 @@ class Project:
     def summary(self, path: Path) -> ModuleSummary | None:
         """The module summary of `path` (None when it cannot be read or parsed)."""
         key = os.path.abspath(path)
-        stamp = self._stamp(path)
+        stamp = self.stamp(path)
         cached = self._summaries.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
@@ -406,13 +408,13 @@ class Project:
 
     def keep_findings(self, path: str, codes: tuple[str, ...], findings: tuple[list, list]) -> None:
         """Remember the findings (and errors) of one file's analysis for the rest of the run."""
-        self._findings[(os.path.abspath(path), codes)] = (self._stamp(Path(path)), findings)
+        self._findings[(os.path.abspath(path), codes)] = (self.stamp(Path(path)), findings)
 
     def findings_of(self, path: str, codes: tuple[str, ...]) -> tuple[list, list] | None:
         """The findings and errors kept for `path` with these codes enabled, while the file is
         unchanged."""
         found = self._findings.get((os.path.abspath(path), codes))
-        if found is None or found[0] != self._stamp(Path(path)):
+        if found is None or found[0] != self.stamp(Path(path)):
             return None
         return found[1]
 

@@ -721,9 +721,7 @@ _PROJECTS: "dict[int, tuple[tuple, list[SavedFile], dict[str, list[_Helper]]]]" 
 
 def _module_at(project: Any, name: str) -> _Module | None:
     """The module of a project file, parsed once per version of its text."""
-    from loopcheck.lint.project import file_stamp
-
-    stamp = file_stamp(Path(name))
+    stamp = project.stamp(Path(name))  # an open buffer's version too: its text is what is read
     cached = _MODULES.get(name)
     if cached is None or cached[0] != stamp:
         if len(_MODULES) > 4096:
@@ -738,10 +736,8 @@ def _module_at(project: Any, name: str) -> _Module | None:
 
 def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helper]]]:
     """Every save of the project's files as they are on disk, and its save helpers."""
-    from loopcheck.lint.project import file_stamp
-
     files = project.files_mentioning("save")
-    stamps = tuple((f, file_stamp(Path(f))) for f in files)
+    stamps = tuple((f, project.stamp(Path(f))) for f in files)
     cached = _PROJECTS.get(id(project))
     if cached is not None and cached[0] == stamps:
         return cached[1], cached[2]

@@ -294,12 +294,7 @@ class BuilderCalls:
         if name is None:
             return False
         if name in self.dicts:  # ckpt.update({...}) on a dict being built
-            d = self.dicts[name]
-            for arg in call.args:
-                if arg.keyword is not None:
-                    self._put(d, arg.keyword.value, arg.value, frame)
-                else:
-                    d.merge(self._dict_of(arg.value, frame))
+            self._put_args(self.dicts[name], call.args, frame)
             return True
         self.event(EventKind.SCALER_UPDATE, name, call, frame, pending="update")
         return True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import EventKind
@@ -13,6 +15,15 @@ class BuilderCheckpoints:
     """The builder's part for checkpoints."""
 
 
+    def _put_args(self, d: _Dict, args: Sequence[cst.Arg], frame: _Frame) -> None:
+        """`dict(model=..., **base)` or `state.update(epoch=e, **more)`: keywords are keys, the
+        rest are dicts merged in."""
+        for arg in args:
+            if arg.keyword is not None:
+                self._put(d, arg.keyword.value, arg.value, frame)
+            else:
+                d.merge(self._dict_of(arg.value, frame))
+
     def _dict_of(self, node: cst.BaseExpression, frame: _Frame) -> _Dict:
         d = _Dict(frame.unit)
         if type(node) is cst.Dict:
@@ -23,11 +34,7 @@ class BuilderCheckpoints:
                     d.merge(self._dict_of(el.value, frame))
             return d
         if type(node) is cst.Call and _dotted(node.func) == "dict":
-            for arg in node.args:
-                if arg.keyword is not None:
-                    self._put(d, arg.keyword.value, arg.value, frame)
-                else:
-                    d.merge(self._dict_of(arg.value, frame))
+            self._put_args(d, node.args, frame)
             return d
         value = self.value_of(node, frame)
         if value.dict is not None:

@@ -15,6 +15,8 @@ from loopcheck.lint.loopmodel.nodes import (
     _index,
     _is_ema_helper,
     _is_none,
+    _kw,
+    _positional,
 )
 from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
 from loopcheck.lint.loopmodel.traces import _CallBlock
@@ -106,11 +108,11 @@ class BuilderInlining:
         qual = frame.unit.qualify(call.func) or _dotted(call.func) or ""
         last = qual.rsplit(".", 1)[-1]
         leading: list[cst.Arg] = []
-        if last in ("Process", "Thread") and ("multiprocessing" in qual or "threading" in qual or qual.count(".") >= 1 or last == "Thread"):
-            fn, packed, named = _kw_of(call, "target"), _kw_of(call, "args"), _kw_of(call, "kwargs")
+        if last in ("Process", "Thread"):
+            fn, packed, named = _kw(call, "target"), _kw(call, "args"), _kw(call, "kwargs")
         elif last in ("spawn", "start_processes") and ("multiprocessing" in qual or qual.split(".")[0] in ("mp", "xmp", "torch")):
-            fn = _kw_of(call, "fn") or (call.args[0].value if call.args and call.args[0].keyword is None else None)
-            packed, named = _kw_of(call, "args"), None
+            fn = _kw(call, "fn") or _positional(call, 0)
+            packed, named = _kw(call, "args"), None
             leading = [cst.Arg(cst.Name("rank"))]  # the process index; not an object of the caller
         else:
             return False
@@ -360,10 +362,6 @@ def _nodes_under(node: cst.CSTNode):
     yield node
     for child in node.children:
         yield from _nodes_under(child)
-
-
-def _kw_of(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
 def _unpacked(packed: cst.BaseExpression | None) -> list[cst.Arg]:
