@@ -37,12 +37,16 @@ if TYPE_CHECKING:  # libcst is imported when a file is parsed: a run served by t
 
 # A file with none of these words cannot hold anything a rule looks for by itself...
 _RELEVANT = re.compile(
-    rb"torch|optim|backward|\.step\(|zero_grad|save|load|DataLoader|\.eval\(|\.train\(|no_grad|inference_mode|"
-    rb"autocast|[Ss]caler|sampler|set_epoch|[Ee]ma|EMA|swa|softmax|sigmoid|[Ll]oss|state_dict|accelerat|lightning|"
-    rb"fabric|deepspeed|\bgrad\b|update_parameters|transformers|timm"
+    rb"torch|\bbackward\(|zero_grad|no_grad|inference_mode|DataLoader|state_dict|set_epoch|GradScaler|lightning|"
+    rb"deepspeed|\baccelerate\b|Accelerator|[Oo]ptimi[sz]er\b|\.eval\(|\.train\(|\.step\(|transformers|timm|fabric"
 )
-# ... unless it imports a local module that could carry the loop.
-_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import|import[ \t]+([\w. ,]+))", re.M)
+# ... unless a project module it imports, directly or not, names PyTorch or its ecosystem (words
+# of the module's text, lower case: a duck-typed training step in a module that imports nothing
+# still says `backward(` itself).
+_RELEVANT_WORDS = (
+    "torch", "zero_grad", "no_grad", "inference_mode", "dataloader", "state_dict", "set_epoch", "gradscaler",
+    "lightning", "deepspeed", "transformers", "timm",
+)
 
 _RECURSION_FLOOR = 10_000  # deep but legal nesting is walked recursively by libcst and the model
 
@@ -119,23 +123,18 @@ def _decode(data: bytes, path: str) -> tuple[str | None, LintError | None]:
 
 
 def _may_matter(data: bytes, path: str, project: Any) -> bool:
+    """Whether a rule could find anything in this file: it mentions PyTorch or a word of a
+    training loop, or a project module it imports (transitively) does. Most of a standard
+    library or a web application is neither, and is not parsed at all."""
     if _RELEVANT.search(data):
         return True
     if project is None or path.startswith("<"):
         return False
-    for match in _IMPORT.finditer(data):
-        if match.group(1) is not None:
-            names = [match.group(1).decode("ascii", "replace")]
-        else:
-            names = [n.strip().split(" ")[0] for n in match.group(2).decode("ascii", "replace").split(",")]
-        for name in names:
-            level = len(name) - len(name.lstrip("."))
-            try:
-                if name and project.resolve(path, name.lstrip("."), level) is not None:
-                    return True
-            except (OSError, ValueError):
-                continue
-    return False
+    if not hasattr(project, "reach_mentions"):
+        return False
+    if project.summary(Path(path)) is None:
+        return True  # Python cannot read it either: the parser says why
+    return project.reach_mentions(Path(path), _RELEVANT_WORDS)
 
 
 _PY2_LINES = (

@@ -90,6 +90,11 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+_SCOPE_KINDS = frozenset(_SCOPES)
+_DEFINITION_KINDS = frozenset({*_FUNCTIONS, ast.ClassDef})
+_BINDING_KINDS = frozenset({ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension, ast.withitem})
+
+
 class _Module:
     """Scopes, bindings and calls of one `ast` module, enough to follow a path's names."""
 
@@ -105,21 +110,23 @@ class _Module:
         stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
         while stack:
             node, scope = stack.pop()
-            inner = node if isinstance(node, _SCOPES) else scope
-            if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+            kind = type(node)
+            inner = node if kind in _SCOPE_KINDS else scope
+            if kind in _DEFINITION_KINDS:
                 self.defined.add(node.name)
-            elif isinstance(node, ast.Import):
+            elif kind is ast.Import:
                 self.torch_names.update(a.asname for a in node.names if a.name == "torch" and a.asname)
                 self.modules.update((a.asname or a.name).rsplit(".", 1)[-1] for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
+            elif kind is ast.ImportFrom:
                 for a in node.names:  # `from utils import save_checkpoint`, `from . import ckpt`
                     self.imported[a.asname or a.name] = (node.module or "").rsplit(".", 1)[-1]
                     self.modules.add(a.asname or a.name)
-            elif isinstance(node, ast.Call):
+            elif kind is ast.Call:
                 last = _last(node.func)
                 if last:
                     self.calls.setdefault(last, []).append(node)
-            self._note_binding(node, scope)
+            elif kind in _BINDING_KINDS:
+                self._note_binding(node, scope)
             for child in ast.iter_child_nodes(node):
                 self.parent[id(child)] = node
                 stack.append((child, inner))
@@ -766,7 +773,7 @@ class ProjectFiles:
         # a text that is no file of the project (a snippet) is read alone
         on_disk = os.path.isfile(self.here) and hasattr(project, "files_mentioning") and project.covers(self.here)
         self.project = project if on_disk else None
-        self.own = _parse(source, path)
+        self.own = self._own_module(source, path)
         saves, helpers = _project_saves(self.project) if self.project is not None else ([], {})
         if self.own is not None:  # the linted text, which may differ from the file on disk
             direct, found = _direct_saves(self.own, path)
@@ -781,6 +788,18 @@ class ProjectFiles:
         self.keys = [s.keys for s in own_saves if s.keys]
         self.owners = {o for s in own_saves for o in s.owners}
         self.loads = loads_in(source, path) if own_saves else {}
+
+    def _own_module(self, source: str, path: str) -> _Module | None:
+        """The linted text's module: the project's parse of the file when the text is the file's
+        (most runs), its own parse when it is not (an open buffer, a fix attempt)."""
+        if self.project is not None:
+            try:
+                data = self.project.read(Path(self.here))
+            except OSError:
+                data = None
+            if data is not None and data.decode("utf-8", "replace").lstrip("\ufeff") == source:
+                return _module_at(self.project, self.here)
+        return _parse(source, path)
 
     def _defined(self, name: str) -> bool:
         """Whether the project defines a class or function of that name (a model it builds)."""

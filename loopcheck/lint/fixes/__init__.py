@@ -116,7 +116,18 @@ def _module_method_spans(source: str) -> list[tuple[int, int, str]]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    # classes sit among statements (nested in functions, `if` or `try` bodies at most): the much
+    # larger expression trees are never walked
+    classes: list[ast.ClassDef] = []
+    stack: list[ast.AST] = list(reversed(tree.body))
+    while stack:
+        stmt = stack.pop()
+        if type(stmt) is ast.ClassDef:
+            classes.append(stmt)
+        for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(stmt, attr, None)
+            if inner:
+                stack.extend(reversed(inner))
 
     def base_name(b: ast.expr) -> str:
         return b.attr if isinstance(b, ast.Attribute) else b.id if isinstance(b, ast.Name) else ""

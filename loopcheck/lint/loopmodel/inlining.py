@@ -21,6 +21,8 @@ from loopcheck.lint.loopmodel.nodes import (
 from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
 from loopcheck.lint.loopmodel.traces import _CallBlock
 from loopcheck.lint.loopmodel.units import _CALLED, _Class, _Unit, _self_called
+from loopcheck.lint.memo import fact
+from loopcheck.lint.syntax import walk
 
 
 class BuilderInlining:
@@ -169,7 +171,7 @@ class BuilderInlining:
         self.covered.add(key)
         if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack) or self.inlined >= _MAX_INLINED:
             if frame.depth >= _MAX_DEPTH:
-                self._forward_beyond_depth(call, fdef, frame)
+                self._forward_beyond_depth(call, fdef, unit, frame)
             return
         self.inlined += 1
         env: dict[str, str] = {}
@@ -234,14 +236,14 @@ class BuilderInlining:
                 chosen = _Value(chosen.canon, chosen.elems, chosen.dict, chosen.divided)
             self.call_values[id(site_call or call)] = chosen
 
-    def _forward_beyond_depth(self, call: cst.Call, fdef: cst.FunctionDef, frame: _Frame) -> None:
+    def _forward_beyond_depth(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, frame: _Frame) -> None:
         """A helper past the inlining depth that calls a network it is handed
         (`loss = calc_loss_batch(x, y, model)`, whose body runs `model(x)`): one forward pass of
         that network at the call, so an evaluation loop deep in helpers still has its forward."""
         params = [p.name.value for p in list(fdef.params.posonly_params) + list(fdef.params.params)]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         positional = [a.value for a in call.args if a.keyword is None and not a.star]
-        called = _called_names(fdef)
+        called = _called_names(fdef, unit)
         for i, name in enumerate(params):
             arg = positional[i] if i < len(positional) else keywords.get(name)
             if arg is None or name not in called:
@@ -359,9 +361,7 @@ def _project_no_grad(unit, qual: str) -> bool:
 
 
 def _nodes_under(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _nodes_under(child)
+    return (n for n, _ in walk(node))
 
 
 def _unpacked(packed: cst.BaseExpression | None) -> list[cst.Arg]:
@@ -381,9 +381,14 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
     return []
 
 
-def _called_names(fdef: cst.FunctionDef) -> set[str]:
-    """Names called directly in a function's body (`model(x)`)."""
-    return {n.func.value for n in _nodes_under(fdef.body) if type(n) is cst.Call and type(n.func) is cst.Name}
+def _called_names(fdef: cst.FunctionDef, unit: _Unit) -> set[str]:
+    """Names called directly in a function's body (`model(x)`), found once per function and run."""
+    table = fact(unit.module, "called_names", dict)
+    found = table.get(id(fdef))
+    if found is None:
+        found = table[id(fdef)] = {
+            n.func.value for n in _nodes_under(fdef.body) if type(n) is cst.Call and type(n.func) is cst.Name}
+    return found
 
 
 def _instance_param(fdef: cst.FunctionDef) -> cst.Param | None:

@@ -20,6 +20,7 @@ from loopcheck.lint.loopmodel.facts import (
 from loopcheck.lint.loopmodel.nodes import _split_of
 from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, _NAME_ROLES
 from loopcheck.lint.loopmodel.traces import _expand, feasible
+from loopcheck.lint.syntax import walk_pruned
 
 
 class BuilderResolution:
@@ -230,22 +231,14 @@ def _runs_once(loop: Loop) -> bool:
 def _feeds_backward_after(loop: Loop, events: list[Event]) -> bool:
     """A loss summed over the loop (`total += model(x)...`) and backpropagated once after it:
     the loop is training, not evaluation."""
-    summed = {
-        node.target.value
-        for node in _walk_statements(loop.node)
-        if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name)
+    after = {
+        e.target for e in events
+        if e.kind is EventKind.BACKWARD and e.path == loop.path and e.line > loop.end_line and e.via == loop.via
     }
-    if not summed:
+    if not after:
         return False
     return any(
-        e.kind is EventKind.BACKWARD and e.target in summed and e.path == loop.path and e.line > loop.end_line
-        and e.via == loop.via
-        for e in events
+        type(node) is cst.AugAssign and type(node.target) is cst.Name and node.target.value in after
+        for node in walk_pruned(loop.node, (cst.FunctionDef, cst.ClassDef))
+        if node is not loop.node
     )
-
-
-def _walk_statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    for child in node.children:
-        yield child
-        if not isinstance(child, (cst.FunctionDef, cst.ClassDef)):
-            yield from _walk_statements(child)

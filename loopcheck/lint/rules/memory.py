@@ -279,7 +279,7 @@ class _ActivationIntoLoss(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not _may_reach(ctx, _ACTIVATION_WORDS[self.act]):
             return
-        flow = LossFlow(ctx)
+        flow = ctx.derived(LossFlow)  # one tracing per file, shared by LC601, LC602 and LC603
         index = flow.main
         for call in index.calls:
             sink = flow.sink(index, call)
@@ -511,7 +511,7 @@ class LossRetainsGraph(Rule):
     code = "LC601"
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        flow = LossFlow(ctx)
+        flow = ctx.derived(LossFlow)  # one tracing per file, shared by LC601, LC602 and LC603
         index = flow.main
         reported: set[int] = set()
         names: dict[tuple[str, int], set[str]] = {}  # per function, shared by its loops
