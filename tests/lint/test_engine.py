@@ -115,6 +115,32 @@ def test_files_that_cannot_matter_are_skipped_unless_they_import_local_code(tmp_
     assert [(Path(f.path).name, f.line, f.code) for f in found] == [("engine.py", 9, "LC102")]
 
 
+def test_only_files_about_pytorch_or_reaching_it_are_parsed(tmp_path: Path) -> None:
+    # words like `load`, `save` or `loss` alone say nothing: a JSON helper and its caller are
+    # skipped; a duck-typed step that imports nothing says `backward(` itself; a file that
+    # Python cannot read is parsed, so that the error is reported
+    write(tmp_path, "json_utils.py", "import json\n\ndef load(path):\n    return json.load(open(path))\n")
+    write(tmp_path, "cli.py", "from json_utils import load\n\nconfig = load('run.json')\n")
+    write(tmp_path, "duck.py", (
+        "def fit(model, opt, batches):\n"
+        "    for x, y in batches:\n"
+        "        loss = model(x, y)\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+    ))
+    write(tmp_path, "models.py", "import torch\n\nclass Net(torch.nn.Module):\n    pass\n")
+    write(tmp_path, "build.py", "from models import Net\n\nnet = Net()\n")
+    write(tmp_path, "broken.py", "def f(:\n    return 1\n")
+    report = check_paths([tmp_path], jobs=1)
+    skipped = {Path(r).name for r in ("json_utils.py", "cli.py")}
+    assert (report.files_checked, report.files_skipped) == (4, len(skipped))
+    assert check_file(tmp_path / "cli.py").skipped and check_file(tmp_path / "json_utils.py").skipped
+    assert not check_file(tmp_path / "build.py").skipped  # it reaches a module that imports torch
+    found = check_file(tmp_path / "duck.py").findings
+    assert [(f.line, f.code) for f in found] == [(5, "LC101")]
+    assert [Path(e.path).name for e in report.errors] == ["broken.py"]
+
+
 def test_suppression_in_the_file_a_finding_points_into(tmp_path: Path) -> None:
     write(tmp_path, "engine.py", BUGGY.replace("optimizer.zero_grad()", "optimizer.zero_grad()  # noqa: LC102"))
     write(tmp_path, "main.py", "from engine import train\ntrain(None, [])\n")
