@@ -91,6 +91,7 @@ class Project:
         self._reach: dict[str, tuple[str, ...]] = {}
         self._imports: dict[int, tuple[ModuleSummary, list[Path]]] = {}  # per summary: its resolved imports
         self._mentions: dict[tuple[str, ...], dict[str, bool]] = {}  # words -> module -> reaches a mention
+        self._edited: set[str] = set()  # buffers changed since reach was last asked about
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
         self._words: dict[str, list[str]] | None = None  # word -> project files holding it
@@ -179,8 +180,7 @@ class Project:
             self._version += 1
             self._overlays[key] = (self._version, text)
         self._findings.clear()
-        self._reach.clear()
-        self._mentions.clear()
+        self._edited.add(key)  # what reaches what is settled again only if its imports or words changed
 
     def refresh(self) -> None:
         """Files may have been created, moved or deleted: resolve imports and walk the project
@@ -297,11 +297,25 @@ class Project:
                 found = summary_of(self.read(path), key)
             except OSError:
                 found = None
-        if cached is not None:  # the module changed: what it and others reach may have too
+        if cached is not None and self._reach_changed(cached[1], found):
             self._reach.clear()
             self._mentions.clear()
         self._summaries[key] = (stamp, found)
         return found
+
+    def _reach_changed(self, old: ModuleSummary | None, new: ModuleSummary | None) -> bool:
+        """Whether a module's new text may change what modules reach, or which words they reach:
+        its imports, or whether it mentions the words asked about so far (an edit inside a
+        function body changes neither)."""
+        if old is None or new is None or old.imports != new.imports:
+            return True
+        return any(old.mentions_any(words) != new.mentions_any(words) for words in self._mentions)
+
+    def _settle_edits(self) -> None:
+        """Summaries of the buffers edited since the last question about reach (each compared
+        with its previous summary)."""
+        while self._edited:
+            self.summary(Path(self._edited.pop()))
 
     def imports_of(self, path: Path, source: bytes | None = None) -> list[Path]:
         """The project's own modules that `path` imports directly (resolved, never `path`);
@@ -330,6 +344,7 @@ class Project:
     def reach(self, path: Path) -> tuple[str, ...]:
         """Every project module `path` reaches through imports, transitively (resolved paths,
         breadth first, `path` itself excluded)."""
+        self._settle_edits()
         key = os.path.realpath(path)
         if key not in self._reach:
             seen: dict[str, None] = {key: None}
@@ -423,6 +438,7 @@ class Project:
         text). True when a reached module cannot be summarised: it may. (A module in an import
         cycle reaches itself.) Settled for every module met on the way, once per run: each
         strongly connected part of the import graph is walked once, not once per importer."""
+        self._settle_edits()
         key = os.path.realpath(path)
         known = self._mentions.setdefault(words, {})
         if key not in known:

@@ -258,3 +258,22 @@ def test_what_a_module_reaches_through_import_cycles(tmp_path: Path) -> None:
                        "g.py": False, "h.py": True}
     again = Project([tmp_path])  # asked in another order, the same answers
     assert {n: again.reach_mentions(tmp_path / n, ("softmax",)) for n in reversed(sorted(files))} == reaches
+
+
+def test_an_edited_buffer_settles_reach_again_only_when_its_imports_or_words_change(tmp_path: Path, monkeypatch) -> None:
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    train = write(tmp_path / "train.py", "from helpers import fit\n\nfit()\n")
+    helpers = write(tmp_path / "helpers.py", "def fit():\n    return 1\n")
+    project = Project([tmp_path])
+    settled: list[str] = []
+    original = Project._settle
+    monkeypatch.setattr(Project, "_settle", lambda self, start, *a: (settled.append(start), original(self, start, *a))[1])
+    assert project.reach_mentions(train, ("torch",)) is False
+    project.overlay(helpers, "def fit():\n    return 2  # a body edit\n")
+    assert project.reach_mentions(train, ("torch",)) is False
+    assert len(settled) == 1  # the answer was kept
+    project.overlay(helpers, "import torch\n\ndef fit():\n    return torch.zeros(1)\n")
+    assert project.reach_mentions(train, ("torch",)) is True
+    assert len(settled) == 2
+    project.overlay(helpers, None)  # back to the file on disk
+    assert project.reach_mentions(train, ("torch",)) is False
