@@ -23,7 +23,7 @@ import sys
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
@@ -92,6 +92,9 @@ class Project:
         self._imports: dict[int, tuple[ModuleSummary, list[Path]]] = {}  # per summary: its resolved imports
         self._mentions: dict[tuple[str, ...], dict[str, bool]] = {}  # words -> module -> reaches a mention
         self._edited: set[str] = set()  # buffers changed since reach was last asked about
+        # what other modules derive from the whole project (what it saves), each kept with the
+        # stamps of the files it was derived from, which its user compares
+        self.derived: dict[str, Any] = {}
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
         self._words: dict[str, list[str]] | None = None  # word -> project files holding it

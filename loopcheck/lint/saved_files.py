@@ -723,7 +723,6 @@ _COMMON_SUFFIXES = frozenset({
 
 
 _MODULES: "dict[str, tuple[Any, _Module | None]]" = {}  # file -> (its stamp, its module)
-_PROJECTS: "dict[int, tuple[tuple, list[SavedFile], dict[str, list[_Helper]]]]" = {}  # per project: saves
 
 
 def _module_at(project: Any, name: str) -> _Module | None:
@@ -745,7 +744,7 @@ def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helpe
     """Every save of the project's files as they are on disk, and its save helpers."""
     files = project.files_mentioning("save")
     stamps = tuple((f, project.stamp(Path(f))) for f in files)
-    cached = _PROJECTS.get(id(project))
+    cached = project.derived.get("saved_files")
     if cached is not None and cached[0] == stamps:
         return cached[1], cached[2]
     saves: list[SavedFile] = []
@@ -761,7 +760,7 @@ def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helpe
         module = _module_at(project, name)
         if module is not None:
             saves += _helper_calls(module, name, helpers)
-    _PROJECTS[id(project)] = (stamps, saves, helpers)
+    project.derived["saved_files"] = (stamps, saves, helpers)
     return saves, helpers
 
 
