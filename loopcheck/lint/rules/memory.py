@@ -27,6 +27,8 @@ from loopcheck.lint.values import (
     ACTIVATION_FUNCS,
     ACTIVATION_LAYERS,
     DEPTH,
+    LOSS_CLASSES,
+    LOSS_FUNCS,
     Flow,
     ModuleIndex,
     Obj,
@@ -277,7 +279,7 @@ class _ActivationIntoLoss(Rule):
     sinks: frozenset[str]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not _may_reach(ctx, _ACTIVATION_WORDS[self.act]):
+        if not (_may_reach(ctx, _ACTIVATION_WORDS[self.act]) and _may_reach(ctx, _loss_words(self.sinks))):
             return
         flow = ctx.derived(LossFlow)  # one tracing per file, shared by LC601, LC602 and LC603
         index = flow.main
@@ -304,6 +306,11 @@ _ACTIVATION_WORDS = {
     }))
     for act in ("softmax", "sigmoid")
 }
+
+
+def _loss_words(sinks: frozenset[str]) -> tuple[str, ...]:
+    """The names of the losses of these kinds, in lower case: no such loss without one of them."""
+    return tuple(sorted({name.lower() for table in (LOSS_CLASSES, LOSS_FUNCS) for name, kind in table.items() if kind in sinks}))
 
 
 def _may_reach(ctx: FileContext, words: tuple[str, ...]) -> bool:
