@@ -588,11 +588,8 @@ class Load:
     pretrained: bool = False  # its path is named like weights from elsewhere (`pretrained`, `name_or_path`)
 
 
-def loads_in(source: str, path: str) -> dict[int, list[Load]]:
+def loads_in(module: _Module) -> dict[int, list[Load]]:
     """The `load(...)` calls of a module, by line."""
-    module = _parse(source, path)
-    if module is None:
-        return {}
     out: dict[int, list[Load]] = {}
     for call in module.calls.get("load", []):
         target = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "f"), None)
@@ -786,7 +783,7 @@ class ProjectFiles:
         self.suffixes = {x for s in own_saves for x in s.suffixes} - _COMMON_SUFFIXES
         self.keys = [s.keys for s in own_saves if s.keys]
         self.owners = {o for s in own_saves for o in s.owners}
-        self.loads = loads_in(source, path) if own_saves else {}
+        self.loads = loads_in(self.own) if own_saves and self.own is not None else {}
 
     def _own_module(self, source: str, path: str) -> _Module | None:
         """The linted text's module: the project's parse of the file when the text is the file's
