@@ -71,6 +71,7 @@ class BuilderCalls:
 
     def on_call(self, call: cst.Call, frame: _Frame) -> None:
         func = call.func
+        self._note_draw(call, frame)
         if self._try_inline(call, frame) or self._try_callable_argument(call, frame):
             return
         unit = frame.unit
@@ -124,6 +125,27 @@ class BuilderCalls:
             if name and name not in unit.imports:
                 self.use(name, "call", frame)
                 self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call)
+
+    def _note_draw(self, call: cst.Call, frame: _Frame) -> None:
+        """`batch = next(it)` (or `it.next()`, `it.__next__()`) on an iterator of a loader, in a
+        loop that iterates no loader itself (`for i in range(n)`, `while True`): the loop runs
+        over that loader's batches."""
+        loop = self.loop_stack[-1] if self.loop_stack else None
+        if loop is None or loop.loader is not None or loop.via != frame.via:
+            return
+        func = call.func
+        if type(func) is cst.Name and func.value == "next" and call.args:
+            it = call.args[0].value
+        elif type(func) is cst.Attribute and func.attr.value in ("next", "__next__") and not call.args:
+            it = func.value
+        else:
+            return
+        if type(it) is cst.Call:
+            loop.loader = self._loader_of(it, frame)
+        elif isinstance(it, (cst.Name, cst.Attribute)):
+            loop.loader = self.iter_of.get(self.canon(it, frame) or "")
+        if loop.loader:
+            self.candidates.setdefault(loop.loader, frame.unit.path)
 
     def _loss_scaler_call(self, call: cst.Call, frame: _Frame) -> bool:
         """`loss_scaler(loss, optimizer, ...)` of a timm-style scaler: a backward pass and a step."""
@@ -262,7 +284,8 @@ class BuilderCalls:
             if type(closure) is cst.Lambda:
                 self.walk_expr(closure.body, frame)
             elif fdef is not None and fdef not in frame.stack:
-                inner = _Frame(unit, dict(frame.env), frame.cls, frame.via, frame.depth + 1, frame.stack + (fdef,), fdef.name.value)
+                inner = _Frame(unit, dict(frame.env), frame.cls, frame.via, frame.depth + 1, frame.stack + (fdef,), fdef.name.value,
+                               frame.self_cls)
                 inner.local_funcs = dict(frame.local_funcs)
                 inner.no_grad, inner.autocast = frame.no_grad, frame.autocast
                 self.walk_suite(fdef.body, inner)

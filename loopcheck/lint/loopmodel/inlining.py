@@ -35,6 +35,7 @@ class BuilderInlining:
         unit = frame.unit
         target: tuple[cst.FunctionDef, _Unit, _Class | None] | None = None
         bound_self = False
+        instance = frame.self_cls  # the class of `self` in the callee
         if type(func) in (cst.Name, cst.Attribute) and site is None:
             deferred = self.deferred.get(self.canon(func, frame) or "")
             if deferred is not None:
@@ -55,12 +56,12 @@ class BuilderInlining:
                 found_c = inst.method("__call__") if inst is not None else None
                 if found_c is not None:
                     target = (found_c[0], found_c[1].unit, found_c[1])
-                    bound_self = True
+                    bound_self, instance = True, inst
         elif type(func) is cst.Attribute:
             attr = func.attr.value
             recv = func.value
-            if type(recv) is cst.Name and recv.value == "self" and frame.cls is not None:
-                found_m = frame.cls.method(attr)
+            if type(recv) is cst.Name and recv.value == "self" and frame.self_cls is not None:
+                found_m = frame.self_cls.method(attr)
                 if found_m is not None:
                     target = (found_m[0], found_m[1].unit, found_m[1])
                     bound_self = True
@@ -79,7 +80,7 @@ class BuilderInlining:
                     found_m = cls.method(attr)
                     if found_m is not None:
                         target = (found_m[0], found_m[1].unit, found_m[1])
-                        bound_self = True
+                        bound_self, instance = True, cls
                 else:
                     dotted = _dotted(func)
                     if dotted and "." in dotted:
@@ -96,7 +97,7 @@ class BuilderInlining:
         if _is_ema_helper(fdef):
             self._ema_helper_event(call, fdef, frame)
             return True
-        self.inline(call, fdef, callee_unit, cls, frame, bound_self, site)
+        self.inline(call, fdef, callee_unit, cls, frame, bound_self, site, instance if cls is not None else None)
         return True
 
     # ---- callables passed as values -----------------------------------------------------------
@@ -151,7 +152,7 @@ class BuilderInlining:
             return False
         init = cls.method("__init__")
         if init is not None:
-            self.inline(call, init[0], init[1].unit, init[1], frame, True)
+            self.inline(call, init[0], init[1].unit, init[1], frame, True, instance=cls)
         return True
 
     def _ema_helper_event(self, call: cst.Call, fdef: cst.FunctionDef, frame: _Frame) -> None:
@@ -164,7 +165,7 @@ class BuilderInlining:
         self.event(EventKind.EMA_UPDATE, target, call, frame, model=model, helper=fdef.name.value)
 
     def inline(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, frame: _Frame,
-               bound_self: bool, site_call: cst.Call | None = None) -> None:
+               bound_self: bool, site_call: cst.Call | None = None, instance: _Class | None = None) -> None:
         key = id(fdef)
         self.covered.add(key)
         if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack) or self.inlined >= _MAX_INLINED:
@@ -213,7 +214,7 @@ class BuilderInlining:
                 env[p.name.value] = p.name.value
         qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
         site = CallSite(qualname, frame.unit.path, site_call or call, frame.unit.module)
-        inner = _Frame(unit, env, cls, frame.via + (site,), frame.depth + 1, frame.stack + (fdef,), qualname)
+        inner = _Frame(unit, env, cls, frame.via + (site,), frame.depth + 1, frame.stack + (fdef,), qualname, instance)
         if type(fdef.params.star_arg) is cst.Param or type(fdef.params.star_kwarg) is cst.Param:
             named = {p.name.value for p in all_params}
             extra = positional[len(params):] + [a for k, a in keywords.items() if k not in named]
@@ -308,9 +309,13 @@ class BuilderInlining:
                 ) and _instance_param(fdef) is None:
                     continue
                 self.entry(fdef, unit, cls)
+            for fdef, owner in _inherited_entries(cls, self_called):
+                self.entry(fdef, owner.unit, owner, instance=cls)
         return self.finalize()
 
-    def entry(self, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None) -> None:
+    def entry(self, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, instance: _Class | None = None) -> None:
+        """Walk a function nobody in the file calls. `instance`: the class of `self` when it is a
+        subclass of `cls` (an inherited method run on the subclass's instance)."""
         self.covered.add(id(fdef))
         env: dict[str, str] = {}
         params = list(fdef.params.posonly_params) + list(fdef.params.params) + list(fdef.params.kwonly_params)
@@ -328,7 +333,7 @@ class BuilderInlining:
             if type(p) is cst.Param:
                 env[p.name.value] = p.name.value
         qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
-        frame = _Frame(unit, env, cls, (), 0, (fdef,), qualname)
+        frame = _Frame(unit, env, cls, (), 0, (fdef,), qualname, instance)
         self.blocks.append([])
         try:
             self._decorators(fdef, frame)
@@ -384,6 +389,29 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
 def _called_names(fdef: cst.FunctionDef) -> set[str]:
     """Names called directly in a function's body (`model(x)`)."""
     return {n.func.value for n in _nodes_under(fdef.body) if type(n) is cst.Call and type(n.func) is cst.Name}
+
+
+def _inherited_entries(cls: _Class, self_called: set[str]) -> list[tuple[cst.FunctionDef, _Class]]:
+    """The methods a class inherits from project base classes that run differently on its
+    instances: the base calls `self.name()` where this class overrides `name` or the base has no
+    `name` at all (a trainer whose `train()` in the base calls the subclass's `_valid_epoch()`).
+    Methods the file calls through `self` are reached from their callers instead."""
+    if cls.kind() is not None:
+        return []
+    out: list[tuple[cst.FunctionDef, _Class]] = []
+    for base in cls.base_classes():
+        calls = _self_called(base.unit.text(base.node))
+        redirected = [n for n in calls if (mine := cls.method(n)) is not None and mine[1] is not base
+                      and (base.method(n) is None or base.method(n)[1] is not mine[1])]
+        if not redirected:
+            continue
+        for name, fdef in base.methods.items():
+            if name == "__init__" or name in _SKIP_ENTRY_METHODS or name in self_called or name in calls:
+                continue
+            if cls.method(name) != (fdef, base) or fdef.decorators:
+                continue
+            out.append((fdef, base))
+    return out
 
 
 def _instance_param(fdef: cst.FunctionDef) -> cst.Param | None:

@@ -475,6 +475,10 @@ class BuilderStatements:
                     loader = self._loader_of(value, frame)
                     if loader:
                         self.iter_of[tc] = loader
+                elif fn.endswith(".__iter__") and type(value.func) is cst.Attribute:  # `it = loader.__iter__()`
+                    loader = self._loader_of(value.func.value, frame)
+                    if loader:
+                        self.iter_of[tc] = loader
                 cls = self._project_class(value.func, frame)
                 if cls is not None and cls.kind() is None:
                     self.instances[tc] = cls

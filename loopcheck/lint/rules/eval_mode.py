@@ -98,7 +98,7 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
         iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
-        by_index = loop.iter_text.lstrip().startswith("range(")
+        by_index = loop.iter_text.lstrip().startswith("range(") and loop.loader is None  # not `next(it)` per index
         if not iterates_data and not by_index and not loop.generates:
             continue
         forwards = [e for e in model.events if _is_model_forward(model, e) and inside(e, loop)]
