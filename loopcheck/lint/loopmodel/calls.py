@@ -32,6 +32,7 @@ from loopcheck.lint.loopmodel.torch_api import (
     WRAPPERS,
     _BUILTINS,
     _MOVE_METHODS,
+    _NAME_ROLES,
     _PARAM_METHODS,
     is_accumulation_test,
 )
@@ -170,18 +171,39 @@ class BuilderCalls:
         self.use(opt_name, "step", frame)
         update = _kw(call, "update_grad")
         always = update is None or _literal_bool(update) is True
-        if not always:
-            text = frame.unit.text(update)
-            self.blocks.append([])
-            self.guards.append(Guard(text, is_accumulation_test(text)))
-        try:
-            self.event(EventKind.STEP, opt_name, call, frame, pending="step", closure=False, args=[], metric=False,
-                       fn="loss_scaler")
-        finally:
-            if not always:
-                self.guards.pop()
-                self.block.append(_Branch([self.blocks.pop(), []]))
+        text = None if always else frame.unit.text(update)
+        self._under_test(text, is_accumulation_test(text or ""), lambda: self.event(
+            EventKind.STEP, opt_name, call, frame, pending="step", closure=False, args=[], metric=False, fn="loss_scaler"))
         return True
+
+    def _under_test(self, text: str | None, accumulation: bool, emit) -> None:
+        """Run `emit` (which records an event) as the body of `if <text>:` with no else; directly
+        when `text` is None."""
+        if text is None:
+            emit()
+            return
+        self.blocks.append([])
+        self.guards.append(Guard(text, accumulation))
+        try:
+            emit()
+        finally:
+            self.guards.pop()
+            inner = self.blocks.pop()  # popped first: `self.block` is the enclosing block only after
+            self.block.append(_Branch([inner, []]))
+
+    def _synced_test(self, name: str | None, frame: _Frame, reset: bool = False) -> str | None:
+        """Under `accelerator.accumulate(...)`: the sync test a prepared optimizer's step (or
+        reset) waits for, or None when it acts on every micro-batch (no such context, or the
+        reset is the network's own `model.zero_grad()`)."""
+        if frame.synced is None:
+            return None
+        test, networks = frame.synced
+        if reset and name is not None:
+            binding = self.bindings.get(name)
+            role = binding.role if binding is not None else self.annotations.get(name)
+            if name in networks or role is Role.MODEL or role is None and _named_as(name, Role.MODEL):
+                return None
+        return test
 
     def _escape(self, call: cst.Call, frame: _Frame) -> None:
         if not self.loop_stack:
@@ -199,8 +221,9 @@ class BuilderCalls:
             return False
         self.use(name, "zero_grad", frame)
         stn = _kw(call, "set_to_none")
-        self.event(EventKind.ZERO_GRAD, name, call, frame, pending="zero_grad", form="optimizer",
-                   set_to_none=_literal_bool(stn) if stn is not None else None)
+        self._under_test(self._synced_test(name, frame, reset=True), True, lambda: self.event(
+            EventKind.ZERO_GRAD, name, call, frame, pending="zero_grad", form="optimizer",
+            set_to_none=_literal_bool(stn) if stn is not None else None))
         return True
 
     def _m_zero_(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
@@ -265,7 +288,8 @@ class BuilderCalls:
             detail["closure_events"] = self._closure_events(closure, frame)
             opt_arg = self.target(closure, frame) if isinstance(closure, (cst.Name, cst.Attribute)) else None
             detail["optimizer"] = opt_arg
-        self.event(EventKind.STEP, name, call, frame, pending="step", closure=closure is not None, **detail)
+        self._under_test(self._synced_test(name, frame), True, lambda: self.event(
+            EventKind.STEP, name, call, frame, pending="step", closure=closure is not None, **detail))
         return True
 
     def _closure_events(self, closure: cst.BaseExpression, frame: _Frame) -> list[Event]:
@@ -287,7 +311,7 @@ class BuilderCalls:
                 inner = _Frame(unit, dict(frame.env), frame.cls, frame.via, frame.depth + 1, frame.stack + (fdef,), fdef.name.value,
                                frame.self_cls)
                 inner.local_funcs = dict(frame.local_funcs)
-                inner.no_grad, inner.autocast = frame.no_grad, frame.autocast
+                inner.no_grad, inner.autocast, inner.synced = frame.no_grad, frame.autocast, frame.synced
                 self.walk_suite(fdef.body, inner)
         finally:
             self.blocks.pop()
@@ -406,6 +430,12 @@ class BuilderCalls:
                 if name in self.param_owner and self.param_owner[name]:
                     self.frozen.add(self.param_owner[name])  # type: ignore[arg-type]
         return True
+
+
+def _named_as(name: str, role: Role) -> bool:
+    """The last part of a name says the role (`self.policy_model`, `net`)."""
+    last = name.rsplit(".", 1)[-1]
+    return any(r is role and p.search(last) for r, p in _NAME_ROLES)
 
 
 def _library_call(func: cst.Name | cst.Attribute, unit) -> bool:

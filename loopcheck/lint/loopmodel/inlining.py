@@ -94,6 +94,8 @@ class BuilderInlining:
         if target is None:
             return False
         fdef, callee_unit, cls = target
+        if _abstract(fdef):
+            return False  # `raise NotImplementedError`: what runs is a subclass's, unknown here
         if _is_ema_helper(fdef):
             self._ema_helper_event(call, fdef, frame)
             return True
@@ -220,6 +222,7 @@ class BuilderInlining:
             extra = positional[len(params):] + [a for k, a in keywords.items() if k not in named]
             inner.forwarded = (frame, call, extra)
         inner.no_grad, inner.autocast, inner.grad_conditional = frame.no_grad, frame.autocast, frame.grad_conditional
+        inner.synced = frame.synced
         self.blocks.append([])
         try:
             self._decorators(fdef, inner)
@@ -389,6 +392,23 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
 def _called_names(fdef: cst.FunctionDef) -> set[str]:
     """Names called directly in a function's body (`model(x)`)."""
     return {n.func.value for n in _nodes_under(fdef.body) if type(n) is cst.Call and type(n.func) is cst.Name}
+
+
+def _abstract(fdef: cst.FunctionDef) -> bool:
+    """A method left for subclasses: its body (past a docstring) only raises
+    `NotImplementedError`, or is `pass` / `...` under `@abstractmethod`."""
+    body = list(fdef.body.body) if isinstance(fdef.body, cst.IndentedBlock) else [fdef.body]
+    smalls = [s for stmt in body for s in (stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt])]
+    if smalls and type(smalls[0]) is cst.Expr and isinstance(smalls[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        smalls = smalls[1:]
+    if len(smalls) != 1:
+        return False
+    only = smalls[0]
+    if type(only) is cst.Raise and only.exc is not None:
+        exc = only.exc.func if type(only.exc) is cst.Call else only.exc
+        return _dotted(exc) == "NotImplementedError"
+    marked = any((_dotted(d.decorator) or "").endswith("abstractmethod") for d in fdef.decorators)
+    return marked and (type(only) is cst.Pass or type(only) is cst.Expr and type(only.value) is cst.Ellipsis)
 
 
 def _inherited_entries(cls: _Class, self_called: set[str]) -> list[tuple[cst.FunctionDef, _Class]]:

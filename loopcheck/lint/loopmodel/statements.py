@@ -19,7 +19,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _target_names,
     _yielded_param,
 )
-from loopcheck.lint.loopmodel.torch_api import SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
+from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
 from loopcheck.lint.loopmodel.units import _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 
@@ -270,7 +270,7 @@ class BuilderStatements:
         return self.iter_of.get(name, name)
 
     def walk_with(self, stmt: cst.With, frame: _Frame) -> None:
-        saved = (frame.no_grad, frame.autocast, frame.grad_conditional)
+        saved = (frame.no_grad, frame.autocast, frame.grad_conditional, frame.synced)
         try:
             for item in stmt.items:
                 self.walk_expr(item.item, frame)
@@ -281,7 +281,7 @@ class BuilderStatements:
                     self._scaled_loss_context(item.item, item.asname.name, frame)
             self.walk_suite(stmt.body, frame)
         finally:
-            frame.no_grad, frame.autocast, frame.grad_conditional = saved
+            frame.no_grad, frame.autocast, frame.grad_conditional, frame.synced = saved
 
     def _scaled_loss_context(self, expr: cst.BaseExpression, target: cst.BaseExpression, frame: _Frame) -> None:
         """`with amp.scale_loss(loss, optimizer) as scaled_loss:` (apex): the scaled loss is the loss
@@ -319,6 +319,11 @@ class BuilderStatements:
             enabled = _literal_bool(_kw(expr, "enabled"))
             if enabled is not False:
                 frame.autocast = True
+        elif last in ACCUMULATION_CONTEXTS and type(expr.func) is cst.Attribute:
+            owner = self.canon(expr.func.value, frame) or ""
+            if ACCUMULATION_CONTEXTS[last] in owner.rsplit(".", 1)[-1].lower():
+                networks = frozenset(filter(None, (self.target(a.value, frame) for a in expr.args)))
+                frame.synced = (f"{owner}.sync_gradients", networks)
 
 
     def walk_small(self, small: cst.BaseSmallStatement, frame: _Frame) -> None:
