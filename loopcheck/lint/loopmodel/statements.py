@@ -432,17 +432,17 @@ class BuilderStatements:
                 return
             name = None
         bound = False
-        if value is not None:
+        built = val.built if val.built is not None and val.built[0] is not value else None
+        if value is not None or built is not None:  # no value: an element of a returned tuple
             scoped = self._scoped(tc, frame)
-            built = val.built if val.built is not None and val.built[0] is not value else None
-            if self._bind_ctor(scoped, value, frame) or (built is not None and self._bind_ctor(scoped, *built)):
+            if value is not None and self._bind_ctor(scoped, value, frame) or (built is not None and self._bind_ctor(scoped, *built)):
                 # the constructor here, or the one a helper returns (`self.optimizer = self.build_optimizer()`)
                 self.binding_scope[scoped] = self._scope(tc, frame)
                 tc, bound = scoped, True
         if bound:
             if name is not None:
                 frame.env[name] = tc
-            self.assigned[tc] = (frame.unit, value)
+            self.assigned[tc] = (frame.unit, value) if value is not None else (built[1].unit, built[0])  # type: ignore[index]
             self.divided[tc] = False
             self.dicts.pop(tc, None)
             self.instances.pop(tc, None)  # the name now holds a library object, not a project class's

@@ -201,7 +201,8 @@ class SamplerSetEpochMissing(Rule):
                 places = _report_at(flow, loop, loader.index, loader.call)
                 reported.add(id(loader.call))
             name = dotted(arg.value)
-            call = f"{name}.set_epoch(epoch)" if name else f"{shown(loader.name)}.sampler.set_epoch(epoch)"
+            visible = name and loader.index is flow.main  # a sampler named in another module is reached through its loader
+            call = f"{name}.set_epoch(epoch)" if visible else f"{shown(loader.name)}.sampler.set_epoch(epoch)"
             lines = sorted({e.line for e in ctx.model.events if e.kind is EventKind.SET_EPOCH and e.path == ctx.path})
             others = f" (the `set_epoch` at line {', '.join(map(str, lines))} reaches another loader's sampler)" if lines else ""
             for at in places:
