@@ -288,6 +288,7 @@ class BuilderInlining:
         source = source_of(unit.module)
         called = set(_CALLED.findall(source))
         self_called = _self_called(source)
+        plain_called = _self_called(source, with_super=False)
         frame = _Frame(unit, name="<module>")
         self.walk_body([s for s in unit.top_level], frame)
         for name, fdef in unit.functions.items():
@@ -304,15 +305,17 @@ class BuilderInlining:
                 ]
             for fdef in methods:
                 name = fdef.name.value
-                if id(fdef) in self.covered or name in self_called or name in _SKIP_ENTRY_METHODS:
+                if id(fdef) in self.covered or name in _SKIP_ENTRY_METHODS:
                     continue
+                if name in plain_called or name in self_called and _overridden_below(cls, name, unit):
+                    continue  # reached from its callers (`super().fit()` in the subclass's `fit`)
                 if fdef.name.value != "__init__" and any(
                     type(d.decorator) is cst.Name and d.decorator.value in ("property", "staticmethod")
                     for d in fdef.decorators
                 ) and _instance_param(fdef) is None:
                     continue
                 self.entry(fdef, unit, cls)
-            for fdef, owner in _inherited_entries(cls, self_called):
+            for fdef, owner in _inherited_entries(cls, plain_called):
                 self.entry(fdef, owner.unit, owner, instance=cls)
         return self.finalize()
 
@@ -392,6 +395,12 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
 def _called_names(fdef: cst.FunctionDef) -> set[str]:
     """Names called directly in a function's body (`model(x)`)."""
     return {n.func.value for n in _nodes_under(fdef.body) if type(n) is cst.Call and type(n.func) is cst.Name}
+
+
+def _overridden_below(cls: _Class, name: str, unit: _Unit) -> bool:
+    """Another class of the file derives from `cls` and defines `name` again."""
+    return any(other is not cls and name in other.methods and any(b is cls for b in other.base_classes())
+               for other in unit.classes.values())
 
 
 def _abstract(fdef: cst.FunctionDef) -> bool:
