@@ -216,3 +216,23 @@ def second(ds):
     calls = [m.bindings[n].call for n in names]
     assert [cst.Module(body=[]).code_for_node(c.args[1]) for c in calls] == ["shuffle=False", "shuffle=True"]
     assert all(m.bindings[n].role is Role.LOADER for n in names)
+
+
+def test_a_string_argument_folds_the_helpers_test_and_registry_switches_are_kept() -> None:
+    m = model_of("""
+class Trainer:
+    def set_mode(self, mode):
+        for name in self.networks:
+            if mode == "train":
+                self.networks[name].train()
+            else:
+                self.networks[name].eval()
+
+    def fit(self, loader):
+        self.set_mode("train")
+        for x in loader:
+            self.model(x).sum().backward()
+        self.set_mode("eval")
+""")
+    switches = [(e.kind, e.target, e.detail.get("container")) for e in m.events if e.kind in (K.TRAIN_MODE, K.EVAL_MODE)]
+    assert switches == [(K.TRAIN_MODE, "self.networks", True), (K.EVAL_MODE, "self.networks", True)]

@@ -357,6 +357,10 @@ class BuilderCalls:
 
     def _m_mode(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
+        held = None
+        if name is None and type(recv) is cst.Subscript:
+            # `self._models[name].eval()`: a network of a registry, which one is not known here
+            held = name = self.canon(recv.value, frame)
         if name is None or (type(recv) is cst.Call and not _moved(recv)):
             return False  # `build().train()`: not a network the model knows
         attr = call.func.attr.value  # type: ignore[attr-defined]
@@ -366,7 +370,7 @@ class BuilderCalls:
         known = self._truth(mode, frame) if mode is not None else True
         kind = EventKind.EVAL_MODE if attr == "eval" or known is False else EventKind.TRAIN_MODE
         self.use(name, attr, frame)
-        self.event(kind, name, call, frame, pending="mode", conditional=known is None)
+        self.event(kind, name, call, frame, pending="mode", conditional=known is None, container=held is not None)
         return True
 
     def _m_forward(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:

@@ -8,6 +8,7 @@ import libcst as cst
 from loopcheck.lint.loopmodel.facts import CallSite, EventKind, ModuleModel, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
+    STRING_ARGUMENT,
     _MAX_DEPTH,
     _MAX_INLINED,
     _SKIP_ENTRY_METHODS,
@@ -17,6 +18,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _is_none,
     _kw,
     _positional,
+    _string,
 )
 from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
 from loopcheck.lint.loopmodel.traces import _CallBlock
@@ -199,6 +201,9 @@ class BuilderInlining:
                 continue
             if _is_none(arg):
                 env[pname] = "None"
+                continue
+            if type(arg) is cst.SimpleString and _string(arg) is not None:
+                env[pname] = STRING_ARGUMENT + _string(arg)  # `set_mode("eval")`: folds `mode == "train"`
                 continue
             val = self.value_of(arg, frame)
             if val.canon is not None:

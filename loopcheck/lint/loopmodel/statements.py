@@ -9,6 +9,7 @@ import libcst as cst
 from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
+    STRING_ARGUMENT,
     _dotted,
     _index,
     _is_none,
@@ -161,6 +162,11 @@ class BuilderStatements:
             return _CONSTANTS.get(self.canon(test, frame) or "")
         if type(test) is cst.Comparison and len(test.comparisons) == 1:
             comp = test.comparisons[0]
+            if type(comp.operator) in (cst.Equal, cst.NotEqual):
+                # `if mode == "train":` in a helper called with `set_mode("eval")`
+                left, right = _string_value(test.left, frame, self), _string_value(comp.comparator, frame, self)
+                if left is not None and right is not None:
+                    return (left == right) is (type(comp.operator) is cst.Equal)
             if _is_none(comp.comparator) and isinstance(test.left, (cst.Name, cst.Attribute)) and self.canon(test.left, frame) == "None":
                 if type(comp.operator) is cst.Is:
                     return True
@@ -510,6 +516,16 @@ class BuilderStatements:
         if name in self.param_owner:
             return self.param_owner[name]
         return name.split(".")[0] if "." in name else None
+
+
+def _string_value(node: cst.BaseExpression, frame: _Frame, builder) -> str | None:
+    """The value of a string literal, or of a parameter an inlined call bound to one."""
+    if type(node) is cst.SimpleString:
+        return _string(node)
+    if type(node) is cst.Name:
+        canon = builder.canon(node, frame) or ""
+        return canon[len(STRING_ARGUMENT):] if canon.startswith(STRING_ARGUMENT) else None
+    return None
 
 
 # tests that keep every parameter with a gradient (`if p.grad is not None:`) select no subset

@@ -25,6 +25,7 @@ from loopcheck.lint.values import Flow, ModuleIndex, Where, code_of, dotted, fir
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 _SHUFFLE_AT, _SAMPLER_AT, _BATCH_SAMPLER_AT = 2, 3, 4
+_SHUFFLES = re.compile(r"\brandom\.shuffle\(")
 _STREAMING = re.compile(r"iterable|stream|webdataset|\bwds\b|datapipe|IterDataPipe", re.I)
 
 
@@ -273,6 +274,17 @@ class SamplerSetEpochMissing(Rule):
         return Where(obj.where.index, obj.where.node)
 
 
+def _ignores_index(getitem: cst.CSTNode) -> bool:
+    """`def __getitem__(self, index)` whose body never reads `index`."""
+    if not isinstance(getitem, cst.FunctionDef):
+        return False
+    params = list(getitem.params.params)
+    if len(params) != 2:
+        return False
+    name = params[1].name.value
+    return re.search(rf"\b{re.escape(name)}\b", code_of(getitem.body)) is None
+
+
 def _built_one_way(choice: cst.IfExp) -> cst.Call | None:
     """`DistributedSampler(ds) if distributed else None`: the call of the side that builds one."""
     calls = [side for side in (choice.body, choice.orelse) if isinstance(side, cst.Call)]
@@ -362,15 +374,21 @@ class TrainLoaderNotShuffled(Rule):
         if obj is None:
             return False
         if obj.kind == "class":
-            return _iterable_class(flow, obj.where)
+            return _orders_itself(flow, obj.where)
         return obj.kind == "call" and bool(_STREAMING.search(obj.name))
 
 
-def _iterable_class(flow: Flow, cls: Where) -> bool:
+def _orders_itself(flow: Flow, cls: Where) -> bool:
+    """A dataset class that decides its own order: iterable (`__iter__`), streaming, one that
+    shuffles its sample list itself (`np.random.shuffle(self.samples)` in `__getitem__`), or one
+    whose `__getitem__` ignores the index it is given (a random window of a long text per item)."""
     for current in flow.bases(cls):
         node = current.node
         assert isinstance(node, cst.ClassDef)
-        if "__iter__" in current.index.methods(node):
+        methods = current.index.methods(node)
+        if "__iter__" in methods or any(_SHUFFLES.search(code_of(m)) for m in methods.values()):
+            return True
+        if "__getitem__" in methods and _ignores_index(methods["__getitem__"]):
             return True
         for base in node.bases:
             if _STREAMING.search(code_of(base.value)):

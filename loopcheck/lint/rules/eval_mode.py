@@ -312,7 +312,7 @@ def _last_mode(events: list[Event], target: str, others: frozenset[str] = frozen
         if (
             event.kind is K.EVAL_MODE
             and not event.detail.get("frozen")
-            and "." not in (event.target or ".")
+            and ("." not in (event.target or ".") or event.detail.get("container"))  # a registry may hold it
             and event.target not in others
         ):
             return event
