@@ -32,6 +32,7 @@ from loopcheck.lint.loopmodel.torch_api import (
     WRAPPERS,
     _BUILTINS,
     _MOVE_METHODS,
+    _NAME_ROLES,
     _PARAM_METHODS,
     is_accumulation_test,
 )
@@ -71,6 +72,7 @@ class BuilderCalls:
 
     def on_call(self, call: cst.Call, frame: _Frame) -> None:
         func = call.func
+        self._note_draw(call, frame)
         if self._try_inline(call, frame) or self._try_callable_argument(call, frame):
             return
         unit = frame.unit
@@ -125,6 +127,27 @@ class BuilderCalls:
                 self.use(name, "call", frame)
                 self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call)
 
+    def _note_draw(self, call: cst.Call, frame: _Frame) -> None:
+        """`batch = next(it)` (or `it.next()`, `it.__next__()`) on an iterator of a loader, in a
+        loop that iterates no loader itself (`for i in range(n)`, `while True`): the loop runs
+        over that loader's batches."""
+        loop = self.loop_stack[-1] if self.loop_stack else None
+        if loop is None or loop.loader is not None or loop.via != frame.via:
+            return
+        func = call.func
+        if type(func) is cst.Name and func.value == "next" and call.args:
+            it = call.args[0].value
+        elif type(func) is cst.Attribute and func.attr.value in ("next", "__next__") and not call.args:
+            it = func.value
+        else:
+            return
+        if type(it) is cst.Call:
+            loop.loader = self._loader_of(it, frame)
+        elif isinstance(it, (cst.Name, cst.Attribute)):
+            loop.loader = self.iter_of.get(self.canon(it, frame) or "")
+        if loop.loader:
+            self.candidates.setdefault(loop.loader, frame.unit.path)
+
     def _loss_scaler_call(self, call: cst.Call, frame: _Frame) -> bool:
         """`loss_scaler(loss, optimizer, ...)` of a timm-style scaler: a backward pass and a step."""
         func = call.func
@@ -148,18 +171,39 @@ class BuilderCalls:
         self.use(opt_name, "step", frame)
         update = _kw(call, "update_grad")
         always = update is None or _literal_bool(update) is True
-        if not always:
-            text = frame.unit.text(update)
-            self.blocks.append([])
-            self.guards.append(Guard(text, is_accumulation_test(text)))
-        try:
-            self.event(EventKind.STEP, opt_name, call, frame, pending="step", closure=False, args=[], metric=False,
-                       fn="loss_scaler")
-        finally:
-            if not always:
-                self.guards.pop()
-                self.block.append(_Branch([self.blocks.pop(), []]))
+        text = None if always else frame.unit.text(update)
+        self._under_test(text, is_accumulation_test(text or ""), lambda: self.event(
+            EventKind.STEP, opt_name, call, frame, pending="step", closure=False, args=[], metric=False, fn="loss_scaler"))
         return True
+
+    def _under_test(self, text: str | None, accumulation: bool, emit) -> None:
+        """Run `emit` (which records an event) as the body of `if <text>:` with no else; directly
+        when `text` is None."""
+        if text is None:
+            emit()
+            return
+        self.blocks.append([])
+        self.guards.append(Guard(text, accumulation))
+        try:
+            emit()
+        finally:
+            self.guards.pop()
+            inner = self.blocks.pop()  # popped first: `self.block` is the enclosing block only after
+            self.block.append(_Branch([inner, []]))
+
+    def _synced_test(self, name: str | None, frame: _Frame, reset: bool = False) -> str | None:
+        """Under `accelerator.accumulate(...)`: the sync test a prepared optimizer's step (or
+        reset) waits for, or None when it acts on every micro-batch (no such context, or the
+        reset is the network's own `model.zero_grad()`)."""
+        if frame.synced is None:
+            return None
+        test, networks = frame.synced
+        if reset and name is not None:
+            binding = self.bindings.get(name)
+            role = binding.role if binding is not None else self.annotations.get(name)
+            if name in networks or role is Role.MODEL or role is None and _named_as(name, Role.MODEL):
+                return None
+        return test
 
     def _escape(self, call: cst.Call, frame: _Frame) -> None:
         if not self.loop_stack:
@@ -177,8 +221,9 @@ class BuilderCalls:
             return False
         self.use(name, "zero_grad", frame)
         stn = _kw(call, "set_to_none")
-        self.event(EventKind.ZERO_GRAD, name, call, frame, pending="zero_grad", form="optimizer",
-                   set_to_none=_literal_bool(stn) if stn is not None else None)
+        self._under_test(self._synced_test(name, frame, reset=True), True, lambda: self.event(
+            EventKind.ZERO_GRAD, name, call, frame, pending="zero_grad", form="optimizer",
+            set_to_none=_literal_bool(stn) if stn is not None else None))
         return True
 
     def _m_zero_(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
@@ -243,7 +288,8 @@ class BuilderCalls:
             detail["closure_events"] = self._closure_events(closure, frame)
             opt_arg = self.target(closure, frame) if isinstance(closure, (cst.Name, cst.Attribute)) else None
             detail["optimizer"] = opt_arg
-        self.event(EventKind.STEP, name, call, frame, pending="step", closure=closure is not None, **detail)
+        self._under_test(self._synced_test(name, frame), True, lambda: self.event(
+            EventKind.STEP, name, call, frame, pending="step", closure=closure is not None, **detail))
         return True
 
     def _closure_events(self, closure: cst.BaseExpression, frame: _Frame) -> list[Event]:
@@ -262,9 +308,10 @@ class BuilderCalls:
             if type(closure) is cst.Lambda:
                 self.walk_expr(closure.body, frame)
             elif fdef is not None and fdef not in frame.stack:
-                inner = _Frame(unit, dict(frame.env), frame.cls, frame.via, frame.depth + 1, frame.stack + (fdef,), fdef.name.value)
+                inner = _Frame(unit, dict(frame.env), frame.cls, frame.via, frame.depth + 1, frame.stack + (fdef,), fdef.name.value,
+                               frame.self_cls)
                 inner.local_funcs = dict(frame.local_funcs)
-                inner.no_grad, inner.autocast = frame.no_grad, frame.autocast
+                inner.no_grad, inner.autocast, inner.synced = frame.no_grad, frame.autocast, frame.synced
                 self.walk_suite(fdef.body, inner)
         finally:
             self.blocks.pop()
@@ -310,6 +357,10 @@ class BuilderCalls:
 
     def _m_mode(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)
+        held = None
+        if name is None and type(recv) is cst.Subscript:
+            # `self._models[name].eval()`: a network of a registry, which one is not known here
+            held = name = self.canon(recv.value, frame)
         if name is None or (type(recv) is cst.Call and not _moved(recv)):
             return False  # `build().train()`: not a network the model knows
         attr = call.func.attr.value  # type: ignore[attr-defined]
@@ -319,7 +370,7 @@ class BuilderCalls:
         known = self._truth(mode, frame) if mode is not None else True
         kind = EventKind.EVAL_MODE if attr == "eval" or known is False else EventKind.TRAIN_MODE
         self.use(name, attr, frame)
-        self.event(kind, name, call, frame, pending="mode", conditional=known is None)
+        self.event(kind, name, call, frame, pending="mode", conditional=known is None, container=held is not None)
         return True
 
     def _m_forward(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
@@ -383,6 +434,12 @@ class BuilderCalls:
                 if name in self.param_owner and self.param_owner[name]:
                     self.frozen.add(self.param_owner[name])  # type: ignore[arg-type]
         return True
+
+
+def _named_as(name: str, role: Role) -> bool:
+    """The last part of a name says the role (`self.policy_model`, `net`)."""
+    last = name.rsplit(".", 1)[-1]
+    return any(r is role and p.search(last) for r, p in _NAME_ROLES)
 
 
 def _library_call(func: cst.Name | cst.Attribute, unit) -> bool:

@@ -12,13 +12,20 @@ class _Frame:
     """One function activation: its file, local names, and what encloses it."""
 
     __slots__ = ("unit", "env", "cls", "via", "depth", "local_funcs", "no_grad", "autocast",
-                 "grad_conditional", "returns", "stack", "name", "forwarded")
+                 "grad_conditional", "returns", "stack", "name", "forwarded", "self_cls", "synced")
 
     def __init__(self, unit: _Unit, env: dict[str, str] | None = None, cls: _Class | None = None,
-                 via: tuple[CallSite, ...] = (), depth: int = 0, stack: tuple = (), name: str = "<module>") -> None:
+                 via: tuple[CallSite, ...] = (), depth: int = 0, stack: tuple = (), name: str = "<module>",
+                 self_cls: _Class | None = None) -> None:
         self.unit = unit
         self.env = env if env is not None else {}
-        self.cls = cls
+        self.cls = cls  # the class whose method is walked (`super()` starts after it)
+        # the class of `self` (a subclass when an inherited method runs on its instance):
+        # `self.method()` resolves from here, so a base class's call reaches the override
+        self.self_cls = self_cls if self_cls is not None else cls
+        # inside `with accelerator.accumulate(model):` the test that lets a prepared optimizer act
+        # (`accelerator.sync_gradients`) and the networks handed to it; else None
+        self.synced: tuple[str, frozenset[str]] | None = None
         self.via = via
         self.depth = depth
         self.local_funcs: dict[str, cst.FunctionDef] = {}

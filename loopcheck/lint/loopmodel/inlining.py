@@ -8,6 +8,7 @@ import libcst as cst
 from loopcheck.lint.loopmodel.facts import CallSite, EventKind, ModuleModel, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
+    STRING_ARGUMENT,
     _MAX_DEPTH,
     _MAX_INLINED,
     _SKIP_ENTRY_METHODS,
@@ -17,6 +18,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _is_none,
     _kw,
     _positional,
+    _string,
 )
 from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
 from loopcheck.lint.loopmodel.traces import _CallBlock
@@ -37,6 +39,7 @@ class BuilderInlining:
         unit = frame.unit
         target: tuple[cst.FunctionDef, _Unit, _Class | None] | None = None
         bound_self = False
+        instance = frame.self_cls  # the class of `self` in the callee
         if type(func) in (cst.Name, cst.Attribute) and site is None:
             deferred = self.deferred.get(self.canon(func, frame) or "")
             if deferred is not None:
@@ -57,12 +60,12 @@ class BuilderInlining:
                 found_c = inst.method("__call__") if inst is not None else None
                 if found_c is not None:
                     target = (found_c[0], found_c[1].unit, found_c[1])
-                    bound_self = True
+                    bound_self, instance = True, inst
         elif type(func) is cst.Attribute:
             attr = func.attr.value
             recv = func.value
-            if type(recv) is cst.Name and recv.value == "self" and frame.cls is not None:
-                found_m = frame.cls.method(attr)
+            if type(recv) is cst.Name and recv.value == "self" and frame.self_cls is not None:
+                found_m = frame.self_cls.method(attr)
                 if found_m is not None:
                     target = (found_m[0], found_m[1].unit, found_m[1])
                     bound_self = True
@@ -81,7 +84,7 @@ class BuilderInlining:
                     found_m = cls.method(attr)
                     if found_m is not None:
                         target = (found_m[0], found_m[1].unit, found_m[1])
-                        bound_self = True
+                        bound_self, instance = True, cls
                 else:
                     dotted = _dotted(func)
                     if dotted and "." in dotted:
@@ -95,10 +98,12 @@ class BuilderInlining:
         if target is None:
             return False
         fdef, callee_unit, cls = target
+        if _abstract(fdef):
+            return False  # `raise NotImplementedError`: what runs is a subclass's, unknown here
         if _is_ema_helper(fdef):
             self._ema_helper_event(call, fdef, frame)
             return True
-        self.inline(call, fdef, callee_unit, cls, frame, bound_self, site)
+        self.inline(call, fdef, callee_unit, cls, frame, bound_self, site, instance if cls is not None else None)
         return True
 
     # ---- callables passed as values -----------------------------------------------------------
@@ -153,7 +158,7 @@ class BuilderInlining:
             return False
         init = cls.method("__init__")
         if init is not None:
-            self.inline(call, init[0], init[1].unit, init[1], frame, True)
+            self.inline(call, init[0], init[1].unit, init[1], frame, True, instance=cls)
         return True
 
     def _ema_helper_event(self, call: cst.Call, fdef: cst.FunctionDef, frame: _Frame) -> None:
@@ -166,7 +171,7 @@ class BuilderInlining:
         self.event(EventKind.EMA_UPDATE, target, call, frame, model=model, helper=fdef.name.value)
 
     def inline(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, frame: _Frame,
-               bound_self: bool, site_call: cst.Call | None = None) -> None:
+               bound_self: bool, site_call: cst.Call | None = None, instance: _Class | None = None) -> None:
         key = id(fdef)
         self.covered.add(key)
         if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack) or self.inlined >= _MAX_INLINED:
@@ -199,6 +204,9 @@ class BuilderInlining:
             if _is_none(arg):
                 env[pname] = "None"
                 continue
+            if type(arg) is cst.SimpleString and _string(arg) is not None:
+                env[pname] = STRING_ARGUMENT + _string(arg)  # `set_mode("eval")`: folds `mode == "train"`
+                continue
             val = self.value_of(arg, frame)
             if val.canon is not None:
                 env[pname] = val.canon
@@ -215,12 +223,13 @@ class BuilderInlining:
                 env[p.name.value] = p.name.value
         qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
         site = CallSite(qualname, frame.unit.path, site_call or call, frame.unit.module)
-        inner = _Frame(unit, env, cls, frame.via + (site,), frame.depth + 1, frame.stack + (fdef,), qualname)
+        inner = _Frame(unit, env, cls, frame.via + (site,), frame.depth + 1, frame.stack + (fdef,), qualname, instance)
         if type(fdef.params.star_arg) is cst.Param or type(fdef.params.star_kwarg) is cst.Param:
             named = {p.name.value for p in all_params}
             extra = positional[len(params):] + [a for k, a in keywords.items() if k not in named]
             inner.forwarded = (frame, call, extra)
         inner.no_grad, inner.autocast, inner.grad_conditional = frame.no_grad, frame.autocast, frame.grad_conditional
+        inner.synced = frame.synced
         self.blocks.append([])
         try:
             self._decorators(fdef, inner)
@@ -286,6 +295,7 @@ class BuilderInlining:
         source = source_of(unit.module)
         called = set(_CALLED.findall(source))
         self_called = _self_called(source)
+        plain_called = _self_called(source, with_super=False)
         frame = _Frame(unit, name="<module>")
         self.walk_body([s for s in unit.top_level], frame)
         for name, fdef in unit.functions.items():
@@ -302,17 +312,23 @@ class BuilderInlining:
                 ]
             for fdef in methods:
                 name = fdef.name.value
-                if id(fdef) in self.covered or name in self_called or name in _SKIP_ENTRY_METHODS:
+                if id(fdef) in self.covered or name in _SKIP_ENTRY_METHODS:
                     continue
+                if name in plain_called or name in self_called and _overridden_below(cls, name, unit):
+                    continue  # reached from its callers (`super().fit()` in the subclass's `fit`)
                 if fdef.name.value != "__init__" and any(
                     type(d.decorator) is cst.Name and d.decorator.value in ("property", "staticmethod")
                     for d in fdef.decorators
                 ) and _instance_param(fdef) is None:
                     continue
                 self.entry(fdef, unit, cls)
+            for fdef, owner in _inherited_entries(cls, plain_called):
+                self.entry(fdef, owner.unit, owner, instance=cls)
         return self.finalize()
 
-    def entry(self, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None) -> None:
+    def entry(self, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, instance: _Class | None = None) -> None:
+        """Walk a function nobody in the file calls. `instance`: the class of `self` when it is a
+        subclass of `cls` (an inherited method run on the subclass's instance)."""
         self.covered.add(id(fdef))
         env: dict[str, str] = {}
         params = list(fdef.params.posonly_params) + list(fdef.params.params) + list(fdef.params.kwonly_params)
@@ -330,7 +346,7 @@ class BuilderInlining:
             if type(p) is cst.Param:
                 env[p.name.value] = p.name.value
         qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
-        frame = _Frame(unit, env, cls, (), 0, (fdef,), qualname)
+        frame = _Frame(unit, env, cls, (), 0, (fdef,), qualname, instance)
         self.blocks.append([])
         try:
             self._decorators(fdef, frame)
@@ -389,6 +405,52 @@ def _called_names(fdef: cst.FunctionDef, unit: _Unit) -> set[str]:
         found = table[id(fdef)] = {
             n.func.value for n in _nodes_under(fdef.body) if type(n) is cst.Call and type(n.func) is cst.Name}
     return found
+
+
+def _overridden_below(cls: _Class, name: str, unit: _Unit) -> bool:
+    """Another class of the file derives from `cls` and defines `name` again."""
+    return any(other is not cls and name in other.methods and any(b is cls for b in other.base_classes())
+               for other in unit.classes.values())
+
+
+def _abstract(fdef: cst.FunctionDef) -> bool:
+    """A method left for subclasses: its body (past a docstring) only raises
+    `NotImplementedError`, or is `pass` / `...` under `@abstractmethod`."""
+    body = list(fdef.body.body) if isinstance(fdef.body, cst.IndentedBlock) else [fdef.body]
+    smalls = [s for stmt in body for s in (stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt])]
+    if smalls and type(smalls[0]) is cst.Expr and isinstance(smalls[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        smalls = smalls[1:]
+    if len(smalls) != 1:
+        return False
+    only = smalls[0]
+    if type(only) is cst.Raise and only.exc is not None:
+        exc = only.exc.func if type(only.exc) is cst.Call else only.exc
+        return _dotted(exc) == "NotImplementedError"
+    marked = any((_dotted(d.decorator) or "").endswith("abstractmethod") for d in fdef.decorators)
+    return marked and (type(only) is cst.Pass or type(only) is cst.Expr and type(only.value) is cst.Ellipsis)
+
+
+def _inherited_entries(cls: _Class, self_called: set[str]) -> list[tuple[cst.FunctionDef, _Class]]:
+    """The methods a class inherits from project base classes that run differently on its
+    instances: the base calls `self.name()` where this class overrides `name` or the base has no
+    `name` at all (a trainer whose `train()` in the base calls the subclass's `_valid_epoch()`).
+    Methods the file calls through `self` are reached from their callers instead."""
+    if cls.kind() is not None:
+        return []
+    out: list[tuple[cst.FunctionDef, _Class]] = []
+    for base in cls.base_classes():
+        calls = _self_called(base.unit.text(base.node))
+        redirected = [n for n in calls if (mine := cls.method(n)) is not None and mine[1] is not base
+                      and (base.method(n) is None or base.method(n)[1] is not mine[1])]
+        if not redirected:
+            continue
+        for name, fdef in base.methods.items():
+            if name == "__init__" or name in _SKIP_ENTRY_METHODS or name in self_called or name in calls:
+                continue
+            if cls.method(name) != (fdef, base) or fdef.decorators:
+                continue
+            out.append((fdef, base))
+    return out
 
 
 def _instance_param(fdef: cst.FunctionDef) -> cst.Param | None:

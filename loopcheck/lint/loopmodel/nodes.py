@@ -44,6 +44,10 @@ def _body(node: cst.BaseSuite) -> list:
     return list(node.body)
 
 
+# the canonical name of a parameter an inlined call bound to a string literal, before its value
+STRING_ARGUMENT = "str:"
+
+
 def _string(node: cst.BaseExpression | None) -> str | None:
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
         try:

@@ -9,6 +9,7 @@ import libcst as cst
 from loopcheck.lint.loopmodel.facts import Binding, EventKind, Guard, Loop, LoopKind, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
+    STRING_ARGUMENT,
     _dotted,
     _index,
     _is_none,
@@ -19,7 +20,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _target_names,
     _yielded_param,
 )
-from loopcheck.lint.loopmodel.torch_api import SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
+from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
 from loopcheck.lint.loopmodel.units import _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 
@@ -161,6 +162,11 @@ class BuilderStatements:
             return _CONSTANTS.get(self.canon(test, frame) or "")
         if type(test) is cst.Comparison and len(test.comparisons) == 1:
             comp = test.comparisons[0]
+            if type(comp.operator) in (cst.Equal, cst.NotEqual):
+                # `if mode == "train":` in a helper called with `set_mode("eval")`
+                left, right = _string_value(test.left, frame, self), _string_value(comp.comparator, frame, self)
+                if left is not None and right is not None:
+                    return (left == right) is (type(comp.operator) is cst.Equal)
             if _is_none(comp.comparator) and isinstance(test.left, (cst.Name, cst.Attribute)) and self.canon(test.left, frame) == "None":
                 if type(comp.operator) is cst.Is:
                     return True
@@ -270,7 +276,7 @@ class BuilderStatements:
         return self.iter_of.get(name, name)
 
     def walk_with(self, stmt: cst.With, frame: _Frame) -> None:
-        saved = (frame.no_grad, frame.autocast, frame.grad_conditional)
+        saved = (frame.no_grad, frame.autocast, frame.grad_conditional, frame.synced)
         try:
             for item in stmt.items:
                 self.walk_expr(item.item, frame)
@@ -281,7 +287,7 @@ class BuilderStatements:
                     self._scaled_loss_context(item.item, item.asname.name, frame)
             self.walk_suite(stmt.body, frame)
         finally:
-            frame.no_grad, frame.autocast, frame.grad_conditional = saved
+            frame.no_grad, frame.autocast, frame.grad_conditional, frame.synced = saved
 
     def _scaled_loss_context(self, expr: cst.BaseExpression, target: cst.BaseExpression, frame: _Frame) -> None:
         """`with amp.scale_loss(loss, optimizer) as scaled_loss:` (apex): the scaled loss is the loss
@@ -319,6 +325,11 @@ class BuilderStatements:
             enabled = _literal_bool(_kw(expr, "enabled"))
             if enabled is not False:
                 frame.autocast = True
+        elif last in ACCUMULATION_CONTEXTS and type(expr.func) is cst.Attribute:
+            owner = self.canon(expr.func.value, frame) or ""
+            if ACCUMULATION_CONTEXTS[last] in owner.rsplit(".", 1)[-1].lower():
+                networks = frozenset(filter(None, (self.target(a.value, frame) for a in expr.args)))
+                frame.synced = (f"{owner}.sync_gradients", networks)
 
 
     def walk_small(self, small: cst.BaseSmallStatement, frame: _Frame) -> None:
@@ -427,17 +438,17 @@ class BuilderStatements:
                 return
             name = None
         bound = False
-        if value is not None:
+        built = val.built if val.built is not None and val.built[0] is not value else None
+        if value is not None or built is not None:  # no value: an element of a returned tuple
             scoped = self._scoped(tc, frame)
-            built = val.built if val.built is not None and val.built[0] is not value else None
-            if self._bind_ctor(scoped, value, frame) or (built is not None and self._bind_ctor(scoped, *built)):
+            if value is not None and self._bind_ctor(scoped, value, frame) or (built is not None and self._bind_ctor(scoped, *built)):
                 # the constructor here, or the one a helper returns (`self.optimizer = self.build_optimizer()`)
                 self.binding_scope[scoped] = self._scope(tc, frame)
                 tc, bound = scoped, True
         if bound:
             if name is not None:
                 frame.env[name] = tc
-            self.assigned[tc] = (frame.unit, value)
+            self.assigned[tc] = (frame.unit, value) if value is not None else (built[1].unit, built[0])  # type: ignore[index]
             self.divided[tc] = False
             self.dicts.pop(tc, None)
             self.instances.pop(tc, None)  # the name now holds a library object, not a project class's
@@ -475,6 +486,10 @@ class BuilderStatements:
                     loader = self._loader_of(value, frame)
                     if loader:
                         self.iter_of[tc] = loader
+                elif fn.endswith(".__iter__") and type(value.func) is cst.Attribute:  # `it = loader.__iter__()`
+                    loader = self._loader_of(value.func.value, frame)
+                    if loader:
+                        self.iter_of[tc] = loader
                 cls = self._project_class(value.func, frame)
                 if cls is not None and cls.kind() is None:
                     self.instances[tc] = cls
@@ -501,6 +516,16 @@ class BuilderStatements:
         if name in self.param_owner:
             return self.param_owner[name]
         return name.split(".")[0] if "." in name else None
+
+
+def _string_value(node: cst.BaseExpression, frame: _Frame, builder) -> str | None:
+    """The value of a string literal, or of a parameter an inlined call bound to one."""
+    if type(node) is cst.SimpleString:
+        return _string(node)
+    if type(node) is cst.Name:
+        canon = builder.canon(node, frame) or ""
+        return canon[len(STRING_ARGUMENT):] if canon.startswith(STRING_ARGUMENT) else None
+    return None
 
 
 # tests that keep every parameter with a gradient (`if p.grad is not None:`) select no subset

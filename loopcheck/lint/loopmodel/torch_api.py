@@ -182,6 +182,11 @@ LOSS_SCALER_CLASSES = frozenset({"NativeScaler", "NativeScalerWithGradNormCount"
 # context managers that hand out the scaled loss (apex `amp.scale_loss(loss, optimizer)`); the
 # gradients are unscaled when the block exits
 SCALED_LOSS_CONTEXTS = frozenset({"scale_loss"})
+# context managers for gradient accumulation, by method, with the word their receiver's name holds:
+# inside `with accelerator.accumulate(model):` a prepared optimizer's `step()` and `zero_grad()` and
+# a prepared scheduler's `step()` only act on the micro-batch that syncs gradients
+# (`accelerator.sync_gradients`); a network's own `zero_grad()` still runs on every micro-batch
+ACCUMULATION_CONTEXTS = {"accumulate": "accelerator"}
 LOSS_SCALER_NAME = re.compile(r"(^|[._])(loss_scaler|amp_scaler|grad_scaler|scaler)$")
 # `p.grad.mul_(clip_coef)`: a factor named like a clipping coefficient or a norm makes an in-place
 # rescale of the gradients hand-written clipping

@@ -288,14 +288,18 @@ _CALLED = re.compile(r"(?<![\w.])(?<!def )(?<!class )([A-Za-z_]\w*)\s*\(")  # `n
 _SELF_CALL = re.compile(r"(?:self|cls|super\(\))\.([A-Za-z_]\w*)\s*\(")
 
 
-def _self_called(source: str) -> set[str]:
-    """Names called as `self.name(`, `cls.name(` or `super().name(`. The word boundary before
-    `self`/`cls` is checked by hand: a leading `\\b` makes the regex engine try every position."""
+def _self_called(source: str, with_super: bool = True) -> set[str]:
+    """Names called as `self.name(`, `cls.name(` or (with `with_super`) `super().name(`. The word
+    boundary before `self`/`cls` is checked by hand: a leading `\\b` makes the regex engine try
+    every position."""
     found: set[str] = set()
     for match in _SELF_CALL.finditer(source):
         start = match.start()
         before = source[start - 1] if start else " "
-        if not source.startswith("super", start) and (before.isalnum() or before == "_"):
+        if source.startswith("super", start):
+            if not with_super:
+                continue
+        elif before.isalnum() or before == "_":
             continue  # `myself.name(`: not `self`
         found.add(match.group(1))
     return found

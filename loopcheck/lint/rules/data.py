@@ -17,6 +17,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Binding, EventKind, Loop, LoopKind, Role
+from loopcheck.lint.loopmodel.facts import _Placed
 from loopcheck.lint.project import parse_path
 from loopcheck.lint.rules._display import at as cited, shown
 from loopcheck.lint.rules.base import FileContext, Rule
@@ -24,6 +25,7 @@ from loopcheck.lint.values import Flow, ModuleIndex, Where, code_of, dotted, fir
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 _SHUFFLE_AT, _SAMPLER_AT, _BATCH_SAMPLER_AT = 2, 3, 4
+_SHUFFLES = re.compile(r"\brandom\.shuffle\(")
 _STREAMING = re.compile(r"iterable|stream|webdataset|\bwds\b|datapipe|IterDataPipe", re.I)
 
 
@@ -123,13 +125,25 @@ def _inside(index: ModuleIndex, node: cst.CSTNode, loop: Loop) -> bool:
     return False
 
 
-def _report_at(flow: Flow, loop: Loop, index: ModuleIndex, node: cst.CSTNode) -> cst.CSTNode | None:
-    """`node` when it is in the linted file, else the batch loop when that is; None otherwise."""
+@dataclass(frozen=True)
+class _Built(_Placed):
+    """A constructor call in another module of the project, where a finding about it goes."""
+
+    path: str
+    node: cst.CSTNode
+    module: cst.Module | None
+
+
+def _report_at(flow: Flow, loop: Loop, index: ModuleIndex, node: cst.CSTNode) -> list[cst.CSTNode | _Built]:
+    """Where a finding about a constructor goes: `node` when it is in the linted file; else the
+    call in its own module (the defect is there, and linting that module shows it) and the batch
+    loop when the linted file holds it."""
     if index is flow.main:
-        return node
+        return [node]
+    places: list[cst.CSTNode | _Built] = [_Built(index.path, node, index.module)]
     if id(loop.node) in flow.main.order:
-        return loop.node
-    return None
+        places.append(loop.node)
+    return places
 
 
 def _outer(loop: Loop) -> Loop | None:
@@ -180,24 +194,26 @@ class SamplerSetEpochMissing(Rule):
             shuffle = keyword_arg(sampler.node, "shuffle") if isinstance(sampler.node, cst.Call) else None
             if shuffle is not None and _bool(shuffle) is not True:
                 continue  # shuffle=False: the order does not depend on the epoch; unknown: say nothing
-            at = None
-            if sampler.index is loader.index and sampler.index.scope_of(sampler.node) is loader.index.scope_of(loader.call):
-                at = _report_at(flow, loop, sampler.index, sampler.node)
-            at = at or _report_at(flow, loop, loader.index, loader.call)  # built by a helper: the loader's line
-            if at is None:
-                continue
-            reported.add(id(sampler.node) if at is sampler.node else id(loader.call))
+            own = sampler.index is loader.index and sampler.index.scope_of(sampler.node) is loader.index.scope_of(loader.call)
+            places = _report_at(flow, loop, sampler.index, sampler.node) if own else []
+            if places:
+                reported.add(id(sampler.node))
+            else:  # built by a helper: the loader's line
+                places = _report_at(flow, loop, loader.index, loader.call)
+                reported.add(id(loader.call))
             name = dotted(arg.value)
-            call = f"{name}.set_epoch(epoch)" if name else f"{shown(loader.name)}.sampler.set_epoch(epoch)"
+            visible = name and loader.index is flow.main  # a sampler named in another module is reached through its loader
+            call = f"{name}.set_epoch(epoch)" if visible else f"{shown(loader.name)}.sampler.set_epoch(epoch)"
             lines = sorted({e.line for e in ctx.model.events if e.kind is EventKind.SET_EPOCH and e.path == ctx.path})
             others = f" (the `set_epoch` at line {', '.join(map(str, lines))} reaches another loader's sampler)" if lines else ""
-            yield self.finding(
-                ctx,
-                at,
-                f"the DistributedSampler of `{shown(loader.name)}` (iterated at {cited(loop)}, epochs "
-                f"looped at {cited(epoch)}) never gets `set_epoch`{others}: every epoch replays the "
-                f"same order on every rank; call `{call}` at the top of each epoch",
-            )
+            for at in places:
+                yield self.finding(
+                    ctx,
+                    at,
+                    f"the DistributedSampler of `{shown(loader.name)}` (iterated at {cited(loop)}, epochs "
+                    f"looped at {cited(epoch)}) never gets `set_epoch`{others}: every epoch replays the "
+                    f"same order on every rank; call `{call}` at the top of each epoch",
+                )
 
     @staticmethod
     def _samplers_of_loaders(ctx: FileContext) -> dict[str, str]:
@@ -258,6 +274,17 @@ class SamplerSetEpochMissing(Rule):
         return Where(obj.where.index, obj.where.node)
 
 
+def _ignores_index(getitem: cst.CSTNode) -> bool:
+    """`def __getitem__(self, index)` whose body never reads `index`."""
+    if not isinstance(getitem, cst.FunctionDef):
+        return False
+    params = list(getitem.params.params)
+    if len(params) != 2:
+        return False
+    name = params[1].name.value
+    return re.search(rf"\b{re.escape(name)}\b", code_of(getitem.body)) is None
+
+
 def _built_one_way(choice: cst.IfExp) -> cst.Call | None:
     """`DistributedSampler(ds) if distributed else None`: the call of the side that builds one."""
     calls = [side for side in (choice.body, choice.orelse) if isinstance(side, cst.Call)]
@@ -315,19 +342,18 @@ class TrainLoaderNotShuffled(Rule):
             dataset = first_arg(call, 0, keyword="dataset")
             if dataset is None or self._not_shufflable(flow, loader.index, dataset, call):
                 continue
-            at = _report_at(flow, loop, loader.index, call)
-            if at is None:
-                continue
             reported.add(id(call))
-            where = "" if at is call else f" (built at {Where(loader.index, call).label(ctx.path)})"
             how = "shuffle=False" if shuffle is not None else "no shuffle"
-            yield self.finding(
-                ctx,
-                at,
-                f"the training loader `{loader.name}`{where} has {how} and no sampler: every epoch "
-                "sees the same batches in the same order (one class at a time if the data is stored "
-                "sorted); pass shuffle=True",
-            )
+            for at in _report_at(flow, loop, loader.index, call):
+                where = "" if at is call else (
+                    f" (iterated at {cited(loop)})" if isinstance(at, _Built) else f" (built at {Where(loader.index, call).label(ctx.path)})")
+                yield self.finding(
+                    ctx,
+                    at,
+                    f"the training loader `{loader.name}`{where} has {how} and no sampler: every epoch "
+                    "sees the same batches in the same order (one class at a time if the data is stored "
+                    "sorted); pass shuffle=True",
+                )
 
     @staticmethod
     def _not_shufflable(flow: Flow, index: ModuleIndex, dataset: cst.BaseExpression, at: cst.CSTNode) -> bool:
@@ -348,15 +374,21 @@ class TrainLoaderNotShuffled(Rule):
         if obj is None:
             return False
         if obj.kind == "class":
-            return _iterable_class(flow, obj.where)
+            return _orders_itself(flow, obj.where)
         return obj.kind == "call" and bool(_STREAMING.search(obj.name))
 
 
-def _iterable_class(flow: Flow, cls: Where) -> bool:
+def _orders_itself(flow: Flow, cls: Where) -> bool:
+    """A dataset class that decides its own order: iterable (`__iter__`), streaming, one that
+    shuffles its sample list itself (`np.random.shuffle(self.samples)` in `__getitem__`), or one
+    whose `__getitem__` ignores the index it is given (a random window of a long text per item)."""
     for current in flow.bases(cls):
         node = current.node
         assert isinstance(node, cst.ClassDef)
-        if "__iter__" in current.index.methods(node):
+        methods = current.index.methods(node)
+        if "__iter__" in methods or any(_SHUFFLES.search(code_of(m)) for m in methods.values()):
+            return True
+        if "__getitem__" in methods and _ignores_index(methods["__getitem__"]):
             return True
         for base in node.bases:
             if _STREAMING.search(code_of(base.value)):

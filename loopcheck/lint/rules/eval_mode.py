@@ -98,7 +98,7 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
         iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
-        by_index = loop.iter_text.lstrip().startswith("range(")
+        by_index = loop.iter_text.lstrip().startswith("range(") and loop.loader is None  # not `next(it)` per index
         if not iterates_data and not by_index and not loop.generates:
             continue
         forwards = [e for e in model.events if _is_model_forward(model, e) and inside(e, loop)]
@@ -312,7 +312,7 @@ def _last_mode(events: list[Event], target: str, others: frozenset[str] = frozen
         if (
             event.kind is K.EVAL_MODE
             and not event.detail.get("frozen")
-            and "." not in (event.target or ".")
+            and ("." not in (event.target or ".") or event.detail.get("container"))  # a registry may hold it
             and event.target not in others
         ):
             return event
