@@ -58,6 +58,11 @@ class _Class:
 
     def kind(self) -> Role | None:
         """The role an instance of this class plays, when the class says so."""
+        if "_kind" not in self.__dict__:
+            self.__dict__["_kind"] = self._kind()
+        return self.__dict__["_kind"]
+
+    def _kind(self) -> Role | None:
         names = [self.name] + self._all_bases()
         lasts = [n.rsplit(".", 1)[-1] for n in names]
         if any(_EMA_RE.search(n) or n in EMA_CLASSES for n in lasts):
@@ -78,7 +83,7 @@ class _Class:
         step = self.method("step")
         if step is None or self.method("zero_grad") is not None:
             return False
-        code = cst.Module(body=[]).code_for_node(step[0])
+        code = step[1].unit.text(step[0])
         return bool(_SETS_LR.search(code)) and not re.search(r"\.step\(", code)
 
 
