@@ -439,7 +439,7 @@ def _inherited_entries(cls: _Class, self_called: set[str]) -> list[tuple[cst.Fun
         return []
     out: list[tuple[cst.FunctionDef, _Class]] = []
     for base in cls.base_classes():
-        calls = _self_called(base.unit.text(base.node))
+        calls = _self_called_in(base)
         redirected = [n for n in calls if (mine := cls.method(n)) is not None and mine[1] is not base
                       and (base.method(n) is None or base.method(n)[1] is not mine[1])]
         if not redirected:
@@ -451,6 +451,25 @@ def _inherited_entries(cls: _Class, self_called: set[str]) -> list[tuple[cst.Fun
                 continue
             out.append((fdef, base))
     return out
+
+
+def _self_called_in(cls: _Class) -> set[str]:
+    """Names the class's methods call as `self.name(...)`, `cls.name(...)` or `super().name(...)`
+    (found once per class and run, from its nodes: rendering a whole class costs more)."""
+    table = fact(cls.unit.module, "self_called", dict)
+    found = table.get(id(cls.node))
+    if found is None:
+        found = table[id(cls.node)] = {
+            n.func.attr.value for n, _ in walk(cls.node)
+            if type(n) is cst.Call and type(n.func) is cst.Attribute and _is_self_receiver(n.func.value)
+        }
+    return found
+
+
+def _is_self_receiver(node: cst.BaseExpression) -> bool:
+    if type(node) is cst.Name:
+        return node.value in ("self", "cls")
+    return type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "super"
 
 
 def _instance_param(fdef: cst.FunctionDef) -> cst.Param | None:
