@@ -34,12 +34,15 @@ def _training_loops(ctx: FileContext) -> Iterator[Loop]:
 
 
 def _loader_name(flow: Flow, loop: Loop) -> str | None:
-    """The loader a batch loop iterates: the model's, or `next(it)` with `it = iter(loader)`."""
-    if loop.loader:
+    """The loader a batch loop iterates: the model's, or `next(it)` with `it = iter(loader)` (also
+    through a generator of the project that loops over it, `it = infinite(loader)`)."""
+    binding = flow.ctx.model.bindings.get(loop.loader or "")
+    if loop.loader and binding is not None and binding.role is Role.LOADER:
         return loop.loader
+    # `for step in pbar:` with the batches drawn by next(): the loader is the one next() reads
     index = flow.main
     if id(loop.node) not in index.order:
-        return None
+        return loop.loader
     names = set()
     for node in index.scoped(loop.node.body):
         if isinstance(node, cst.Call) and dotted(node.func) == "next" and node.args:
@@ -48,9 +51,37 @@ def _loader_name(flow: Flow, loop: Loop) -> str | None:
                 values = flow.values_of(index, arg, node)
                 arg = values[0][1] if len(values) == 1 and values[0][3] is None else arg
             if isinstance(arg, cst.Call) and dotted(arg.func) == "iter" and arg.args:
-                names.add(dotted(arg.args[0].value))
+                arg = arg.args[0].value
+                names.add(dotted(_generator_source(flow, index, arg) or arg))
+            elif isinstance(arg, cst.Call) and arg.args:
+                names.add(dotted(_generator_source(flow, index, arg)))
     names.discard(None)
-    return names.pop() if len(names) == 1 else None
+    return names.pop() if len(names) == 1 else loop.loader
+
+
+def _generator_source(flow: Flow, index: ModuleIndex, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`infinite(loader)` for a generator function of the project that loops over its first
+    parameter and yields (`while True: for batch in loader: yield batch`): the loader it is handed."""
+    call = expr
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name) or not call.args:
+        return None
+    if call.args[0].keyword is not None or call.args[0].star:
+        return None
+    found = flow.definition(index, call.func)
+    if found is None or type(found.node) is not cst.FunctionDef:
+        return None
+    params = found.node.params.params
+    if not params:
+        return None
+    first = params[0].name.value
+    nodes = list(found.index.scoped(found.node))
+    if not any(isinstance(n, cst.Yield) for n in nodes):
+        return None
+    loops_over = any(
+        isinstance(n, cst.For) and first in {code_of(n.iter), code_of(n.iter).removeprefix("iter(").removesuffix(")")}
+        for n in nodes
+    )
+    return call.args[0].value if loops_over else None
 
 
 @dataclass(frozen=True)
@@ -89,6 +120,20 @@ def _arg(call: cst.Call, name: str, position: int) -> cst.Arg | None:
 
 def _is_none(arg: cst.Arg | None) -> bool:
     return arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+
+
+def _may_be_none(flow: Flow, index: ModuleIndex, arg: cst.Arg | None, at: cst.CSTNode) -> bool:
+    """No sampler, or a name bound to None on some path: `sampler = None` (single process) or
+    `DistributedSampler(ds) if distributed else None`; then the loader's own shuffle decides."""
+    if _is_none(arg):
+        return True
+    assert arg is not None
+    values = flow.values_of(index, arg.value, at) if isinstance(arg.value, cst.Name) else []
+    if len(values) != 1 or values[0][3] is not None:
+        return False
+    value = values[0][1]
+    sides = (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,)
+    return any(isinstance(v, cst.Name) and v.value == "None" for v in sides)
 
 
 def _bool(arg: cst.Arg | None) -> bool | None:
@@ -305,7 +350,7 @@ class TrainLoaderNotShuffled(Rule):
             call = loader.call
             if _has_star(call):
                 continue
-            if not _is_none(_arg(call, "sampler", _SAMPLER_AT)):
+            if not _may_be_none(flow, loader.index, _arg(call, "sampler", _SAMPLER_AT), call):
                 continue
             if not _is_none(_arg(call, "batch_sampler", _BATCH_SAMPLER_AT)):
                 continue
@@ -321,10 +366,12 @@ class TrainLoaderNotShuffled(Rule):
             reported.add(id(call))
             where = "" if at is call else f" (built at {Where(loader.index, call).label(ctx.path)})"
             how = "shuffle=False" if shuffle is not None else "no shuffle"
+            sampler = _arg(call, "sampler", _SAMPLER_AT)
+            none = "no sampler" if _is_none(sampler) else f"its sampler `{code_of(sampler.value)}` can be None"  # type: ignore[union-attr]
             yield self.finding(
                 ctx,
                 at,
-                f"the training loader `{loader.name}`{where} has {how} and no sampler: every epoch "
+                f"the training loader `{loader.name}`{where} has {how} and {none}: every epoch "
                 "sees the same batches in the same order (one class at a time if the data is stored "
                 "sorted); pass shuffle=True",
             )
@@ -353,12 +400,16 @@ class TrainLoaderNotShuffled(Rule):
 
 
 def _iterable_class(flow: Flow, cls: Where) -> bool:
+    """An iterable-style dataset: `__iter__` and no `__getitem__` (a map-style dataset that also
+    iterates over itself, as graph libraries' datasets do, is still shuffled by index)."""
+    iterates = indexes = False
     for current in flow.bases(cls):
         node = current.node
         assert isinstance(node, cst.ClassDef)
-        if "__iter__" in current.index.methods(node):
-            return True
+        methods = current.index.methods(node)
+        iterates = iterates or "__iter__" in methods
+        indexes = indexes or "__getitem__" in methods
         for base in node.bases:
             if _STREAMING.search(code_of(base.value)):
                 return True
-    return False
+    return iterates and not indexes
