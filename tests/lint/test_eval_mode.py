@@ -395,3 +395,80 @@ def test_enable_grad_rollouts_and_graphs_recorded_outside_are_clean():
                     loss.backward()
                 optimizer.step()
     """)
+
+
+def test_phase_loop_without_eval_for_the_held_out_phase():
+    check(
+        """
+        def fit(model, loaders, optimizer, epochs):
+            for epoch in range(epochs):
+                for phase in ["train", "test"]:
+                    if phase == "train":
+                        model.train()
+                    for x, y in loaders[phase]:
+                        with torch.set_grad_enabled(phase == "train"):
+                            loss = F.mse_loss(model(x), y)  # expect: LC301
+                        if phase == "train":
+                            optimizer.zero_grad()
+                            loss.backward()
+                            optimizer.step()
+        """
+    )
+
+
+def test_phase_loop_whose_eval_is_not_undone_in_the_next_training_phase():
+    check(
+        """
+        def fit(model, loaders, optimizer, epochs):
+            for epoch in range(epochs):
+                for phase in ["train", "val"]:
+                    if phase == "val":
+                        model.eval()  # expect: LC303
+                    for x, y in loaders[phase]:
+                        with torch.set_grad_enabled(phase == "train"):
+                            loss = F.mse_loss(model(x), y)
+                        if phase == "train":
+                            optimizer.zero_grad()
+                            loss.backward()
+                            optimizer.step()
+        """
+    )
+
+
+def test_phase_loop_with_both_switches_is_fine():
+    check(
+        """
+        def fit(model, loaders, optimizer, epochs):
+            for epoch in range(epochs):
+                for phase in ["train", "val"]:
+                    if phase == "train":
+                        model.train()
+                    else:
+                        model.eval()
+                    for x, y in loaders[phase]:
+                        with torch.set_grad_enabled(phase == "train"):
+                            loss = F.mse_loss(model(x), y)
+                        if phase == "train":
+                            optimizer.zero_grad()
+                            loss.backward()
+                            optimizer.step()
+        """
+    )
+
+
+def test_step_loop_evaluating_on_one_branch_and_training_on_the_other():
+    check(
+        """
+        def fit(model, loader, optimizer, every):
+            for step, (x, y) in enumerate(loader):
+                if step % every == 0:
+                    model.eval()  # expect: LC303
+                    with torch.no_grad():
+                        print(F.mse_loss(model(x), y).item())
+                else:
+                    loss = F.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        """
+    )

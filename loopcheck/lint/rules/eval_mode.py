@@ -352,6 +352,8 @@ class EvalWithoutEvalMode(Rule):
                   if not loop.generates or _train_after(model, loop, forward)]
         passes += [(loop, forward, set(), f"the evaluation pass on held-out data ({cited(forward)})", forward, "it")
                    for loop, forward in _full_batch_evaluations(model, _trained(model))]
+        passes += [(loop, forward, set(), f"the `{phase}` phase of the loop over `{loop.iter_text}` ({cited(loop)})", forward, "that phase")
+                   for loop, forward, phase in _phase_evaluations(model)]
         passes += [(loop, forward, set(), f"the evaluation in `{site.callee}()` (called on {cited(site)})",
                     _shown_in(forward, loop.via + (site,)), "it")
                    for loop, forward, site in _evaluation_calls(model, _trained(model))]
@@ -408,6 +410,34 @@ class EvalWithoutEvalMode(Rule):
                         severity=None if built_here else Severity.WARNING,
                     )
                 break
+
+
+def _phase_evaluations(model: ModuleModel) -> Iterator[tuple[Loop, Event, str]]:
+    """`for phase in ["train", "val"]:` with backward only in some phases (`if phase == "train":`):
+    each first forward per network that runs in every phase, with the held-out phase's name."""
+    for loop in model.walk_loops():
+        node = loop.node
+        if not isinstance(node, cst.For) or not isinstance(node.target, cst.Name):
+            continue
+        if not isinstance(node.iter, (cst.List, cst.Tuple)):
+            continue
+        phases = [el.value.evaluated_value for el in node.iter.elements if isinstance(el.value, cst.SimpleString)]
+        held_out = [p for p in phases if isinstance(p, str) and _HELD_OUT.fullmatch(p)]
+        if len(phases) != len(node.iter.elements) or not held_out:
+            continue
+        on_phase = re.compile(rf"\b{re.escape(node.target.value)}\b")
+        inside_events = [e for e in model.events if inside(e, loop)]
+        backwards = [e for e in inside_events if e.kind is K.BACKWARD]
+        if not backwards or not all(any(on_phase.search(g.text) for g in e.guards) for e in backwards):
+            continue
+        seen: set[str] = set()
+        trained = _trained(model)
+        for e in inside_events:
+            if (_is_model_forward(model, e) and e.target not in seen
+                    and (_known_network(model, e.target) or _is_trained(e.target, trained))
+                    and not any(on_phase.search(g.text) for g in e.guards)):
+                seen.add(e.target or "")
+                yield loop, e, held_out[0]
 
 
 def _train_after(model: ModuleModel, loop: Loop, forward: Event) -> bool:
@@ -523,7 +553,10 @@ class TrainModeNotRestored(Rule):
                 continue  # `train()` on one branch, `eval()` on the other: the mode is chosen on purpose
             # the rest of this iteration (minus the other side of the eval()'s `if`), then the next
             rest = [e for e in iteration[at + 1 :] if not exclusive(e, event)]
-            for later in rest + iteration[:at]:
+            # the next iteration: up to the eval() again, or down the other branch of its `if`
+            # (`for phase in ["train", "val"]:` trains in the phase after the evaluation)
+            following = iteration[:at] + [e for e in iteration[at + 1 :] if exclusive(e, event)]
+            for later in rest + following:
                 if later.kind in _MODES and _now_and_then(later, event):
                     continue  # `if step % eval_every == 0: evaluate()`: not every iteration switches
                 if later.kind in _MODES and _same_model(later.target, target):
