@@ -472,3 +472,21 @@ def test_step_loop_evaluating_on_one_branch_and_training_on_the_other():
                     optimizer.step()
         """
     )
+
+
+def test_evaluation_written_as_a_generator_over_the_test_loader():
+    check(
+        """
+        def main(model, loader, test_loader, optimizer):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                F.mse_loss(model(x), y).backward()
+                optimizer.step()
+            with torch.no_grad():
+                err = sum(F.mse_loss(model(x), y).item() for x, y in test_loader)  # expect: LC301
+            model.eval()
+            err = sum(F.mse_loss(model(x), y).item() for x, y in test_loader)  # expect: LC302
+            return err
+        """
+    )

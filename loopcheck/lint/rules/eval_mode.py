@@ -174,6 +174,45 @@ def _full_batch_evaluations(model: ModuleModel, trained: set[str], recording: bo
         yield loop, event
 
 
+_COMPREHENSIONS = (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)
+
+
+def _comprehension_over_data(event: Event) -> str | None:
+    """The iterable of the comprehension the forward is written in, when it iterates data
+    (`sum(... for x, y in test_loader)`); None otherwise."""
+    if event.module is None:
+        return None
+    parents = module_nodes(event.module)[1]
+    node = parents.get(id(event.node))
+    while node is not None and not isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda)):
+        if isinstance(node, _COMPREHENSIONS):
+            try:
+                text = event.module.code_for_node(node.for_in.iter)
+            except Exception:  # a node libcst cannot print alone
+                return None
+            return text if _DATA_ITER.search(text) else None
+        node = parents.get(id(node))
+    return None
+
+
+def _comprehension_evaluations(model: ModuleModel, trained: set[str], recording: bool = False) -> Iterator[tuple[Loop | None, Event, str]]:
+    """A trained network run over data in a comprehension outside the batch loop (after training, or
+    once per epoch): `hits = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)`.
+    Under no_grad (the evaluation sign LC301 reads), or, with `recording`, without it and with
+    nothing backpropagated after it."""
+    for event in model.events:
+        if event.no_grad is recording or event.grad_conditional:
+            continue
+        if event.loop is not None and event.loop.kind is not LoopKind.EPOCH:
+            continue
+        if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
+            continue
+        source = _comprehension_over_data(event)
+        if source is None or (recording and _backward_after(model, event)):
+            continue
+        yield event.loop, event, source
+
+
 # the fixed input a generative model is sampled from every epoch to watch its progress
 _FIXED_INPUT = re.compile(r"(?<![A-Za-z])fixed(?![a-z])", re.I)
 
@@ -352,6 +391,8 @@ class EvalWithoutEvalMode(Rule):
                   if not loop.generates or _train_after(model, loop, forward)]
         passes += [(loop, forward, set(), f"the evaluation pass on held-out data ({cited(forward)})", forward, "it")
                    for loop, forward in _full_batch_evaluations(model, _trained(model))]
+        passes += [(loop, forward, set(), f"the evaluation over `{source}` ({cited(forward)})", forward, "it")
+                   for loop, forward, source in _comprehension_evaluations(model, _trained(model))]
         passes += [(loop, forward, set(), f"the `{phase}` phase of the loop over `{loop.iter_text}` ({cited(loop)})", forward, "that phase")
                    for loop, forward, phase in _phase_evaluations(model)]
         passes += [(loop, forward, set(), f"the evaluation in `{site.callee}()` (called on {cited(site)})",
@@ -366,9 +407,12 @@ class EvalWithoutEvalMode(Rule):
             at = _index(events, forward)
             if at < 0:
                 continue
-            outer = outermost(loop)
-            first = next((i for i, e in enumerate(events) if inside(e, outer)), at)
-            last = max((i for i, e in enumerate(events) if inside(e, outer)), default=at)
+            if loop is None:  # an evaluation after training, outside any loop: what ran before it decides
+                outer, first, last = None, at, at
+            else:
+                outer = outermost(loop)
+                first = next((i for i, e in enumerate(events) if inside(e, outer)), at)
+                last = max((i for i, e in enumerate(events) if inside(e, outer)), default=at)
             prefix, tail, before = events[first:at], events[at + 1 : last + 1], events[:first]
             backward_in_outer = any(e.kind is K.BACKWARD for e in events[first : last + 1])
 
@@ -499,6 +543,14 @@ class EvalWithoutNoGrad(Rule):
                 f"`{forward.target}` runs an evaluation forward (on held-out data or a fixed sampling "
                 f"input) with autograd recording, and nothing backpropagates it: the activations are kept for a backward "
                 f"that never comes; wrap the evaluation in `torch.no_grad()`",
+            )
+        for loop, forward, source in _comprehension_evaluations(model, _trained(model), recording=True):
+            yield self.finding(
+                ctx,
+                _in_file(forward, forward, ctx.path),
+                f"`{forward.target}` runs forward over `{source}` with autograd recording, and nothing "
+                f"backpropagates it: autograd records the graph of every batch for a backward that never "
+                f"comes (slower, and more memory); wrap the evaluation in `torch.no_grad()`",
             )
         for loop, forward, site in _evaluation_calls(model, _trained(model)):
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
