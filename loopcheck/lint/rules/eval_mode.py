@@ -91,9 +91,10 @@ def _is_model_forward(model: ModuleModel, event: Event) -> bool:
     return event.kind is K.FORWARD and bool(event.target) and model.role(event.target) in (Role.MODEL, None)
 
 
-def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
+def _evaluation_loops(model: ModuleModel, averaged: bool = False) -> Iterator[tuple[Loop, list[Event]]]:
     """Evaluation loops over data, each with the first forward pass of every network it runs
-    (`encoder(x)` then `decoder(h)`: two networks, each with a mode of its own)."""
+    (`encoder(x)` then `decoder(h)`: two networks, each with a mode of its own); with `averaged`,
+    also the passes of an averaged copy (EMA / SWA weights: no mode question, but a graph all the same)."""
     for loop in model.walk_loops():
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
@@ -101,7 +102,8 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
         by_index = loop.iter_text.lstrip().startswith("range(")
         if not iterates_data and not by_index and not loop.generates:
             continue
-        forwards = [e for e in model.events if _is_model_forward(model, e) and inside(e, loop)]
+        forwards = [e for e in model.events if inside(e, loop) and (
+            _is_model_forward(model, e) or averaged and e.kind is K.FORWARD and model.role(e.target) is Role.EMA)]
         if not forwards or _network_of_the_loop(model, loop, forwards[0]):
             continue
         if by_index and not loop.generates and not _HELD_OUT.search(_arguments_text(forwards[0])):
@@ -522,7 +524,7 @@ class EvalWithoutNoGrad(Rule):
     code = "LC302"
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for loop, forwards in _evaluation_loops(ctx.model):
+        for loop, forwards in _evaluation_loops(ctx.model, averaged=True):
             forward = forwards[0]
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
                 continue  # a library's `generate` turns recording off itself
