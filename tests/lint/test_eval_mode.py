@@ -490,3 +490,40 @@ def test_evaluation_written_as_a_generator_over_the_test_loader():
             return err
         """
     )
+
+
+def test_frozen_network_recording_on_the_batch_beside_the_trained_one():
+    check(
+        """
+        def distill(student, teacher, loader):
+            optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+            for x, y in loader:
+                soft = teacher(x).softmax(-1)  # expect: LC302
+                loss = F.cross_entropy(student(x), soft)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    )
+
+
+def test_network_of_unknown_optimizer_or_on_computed_input_is_not_frozen():
+    check(
+        """
+        def alias(model, loader, make_optimizer):
+            optimizer = make_optimizer(model)
+            for x, y in loader:
+                loss = F.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+        def perceptual(gen, features, loader):
+            optimizer = torch.optim.Adam(gen.parameters())
+            for z, target in loader:
+                loss = F.mse_loss(features(gen(z)), target)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    )

@@ -554,6 +554,14 @@ class EvalWithoutNoGrad(Rule):
                 f"backpropagates it: autograd records the graph of every batch for a backward that never "
                 f"comes (slower, and more memory); wrap the evaluation in `torch.no_grad()`",
             )
+        for loop, forward in _frozen_forwards(ctx):
+            yield self.finding(
+                ctx,
+                _in_file(forward, forward, ctx.path),
+                f"`{forward.target}` runs forward on the batch in the training loop ({cited(loop)}) with "
+                f"autograd recording, but no optimizer updates it: backward also runs through it and "
+                f"fills gradients nothing uses (time and memory); wrap its forward in `torch.no_grad()`",
+            )
         for loop, forward, site in _evaluation_calls(model, _trained(model)):
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
                 continue
@@ -567,6 +575,52 @@ class EvalWithoutNoGrad(Rule):
                 f"backward that never comes; decorate it with `@torch.no_grad()` or wrap its body in "
                 f"`torch.no_grad()`",
             )
+
+
+def _frozen_forwards(ctx: FileContext) -> Iterator[tuple[Loop, Event]]:
+    """A network no optimizer updates (a teacher, a frozen backbone) run with recording on the
+    batch of a training loop (`soft = teacher(x)`) beside the network that is updated: its graph
+    only serves a backward into weights that never change. Only when every optimizer's parameters
+    are known and nothing in the file asks for gradients of frozen weights or inputs (`requires_grad`)."""
+    model = ctx.model
+    optimizers = [b for b in model.bindings.values() if b.role is Role.OPTIMIZER]
+    if not optimizers or any(not b.detail.get("params_of") for b in optimizers) or "requires_grad" in ctx.source:
+        return
+    updated = {n for b in optimizers for n in b.detail["params_of"] if isinstance(n, str)}
+    seen: set[tuple[int, str]] = set()
+    for event in model.events:
+        loop = event.loop
+        if loop is None or loop.kind is not LoopKind.BATCH or not isinstance(loop.node, cst.For):
+            continue
+        if event.no_grad or event.grad_conditional or event.detail.get("generate") or not _is_model_forward(model, event):
+            continue
+        target = event.target or ""
+        if (id(loop), target) in seen or any(_same_model(target, u) or _part_of(target, u) or _part_of(u, target) for u in updated):
+            continue
+        if not any(e.kind is K.BACKWARD and inside(e, loop) for e in model.events):
+            continue
+        if not any(e.kind is K.FORWARD and inside(e, loop) and any(_same_model(e.target, u) for u in updated)
+                   for e in model.events):
+            continue  # the network the optimizer updates must run here too (`self.model` may be `model`)
+        node = event.node
+        args = node.args if isinstance(node, cst.Call) else ()
+        names = {n for a in args for n in _plain_names(a.value)}
+        if not args or not names or not names <= _names_in(loop.node.target):
+            continue  # run on something computed (a generator's output): gradients may need to flow through it
+        seen.add((id(loop), target))
+        yield loop, event
+
+
+def _plain_names(expr: cst.CSTNode) -> set[str]:
+    """The variable names an expression reads (`x.to(device)` -> x, device; not attribute names)."""
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Attribute):
+        return _plain_names(expr.value)
+    out: set[str] = set()
+    for child in expr.children:
+        out |= _plain_names(child)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
