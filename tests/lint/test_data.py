@@ -437,11 +437,14 @@ def test_sampler_that_is_none_outside_distributed_runs():
 def test_dataset_that_iterates_and_indexes_is_map_style():
     check("""
         class Graphs(Dataset):
+            def __init__(self):
+                self.items = [(torch.randn(4), torch.randn(1)) for _ in range(100)]
+
             def __len__(self):
-                return 100
+                return len(self.items)
 
             def __getitem__(self, i):
-                return torch.randn(4), torch.randn(1)
+                return self.items[i]
 
             def __iter__(self):
                 for i in range(len(self)):
@@ -472,5 +475,29 @@ def test_dataset_that_iterates_and_indexes_is_map_style():
                 for x, y in chunks:
                     opt.zero_grad()
                     nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+    """)
+
+
+def test_dataset_that_draws_its_own_random_sample_needs_no_shuffle():
+    check("""
+        class RandomWindows(Dataset):
+            def __init__(self, data, n):
+                self.data, self.n = data, n
+
+            def __getitem__(self, index):
+                start = torch.randint(0, self.data.size(0) - self.n, (1,))
+                return self.data[start : start + self.n]
+
+            def __len__(self):
+                return self.data.size(0) // self.n
+
+        def main(model, data, epochs):
+            opt = torch.optim.Adam(model.parameters())
+            loader = DataLoader(RandomWindows(data, 256), batch_size=4)
+            for epoch in range(epochs):
+                for x in loader:
+                    opt.zero_grad()
+                    model(x).mean().backward()
                     opt.step()
     """)

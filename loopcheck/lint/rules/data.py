@@ -395,7 +395,7 @@ class TrainLoaderNotShuffled(Rule):
         if obj is None:
             return False
         if obj.kind == "class":
-            return _iterable_class(flow, obj.where)
+            return _iterable_class(flow, obj.where) or _ignores_index(flow, obj.where)
         return obj.kind == "call" and bool(_STREAMING.search(obj.name))
 
 
@@ -413,3 +413,19 @@ def _iterable_class(flow: Flow, cls: Where) -> bool:
             if _STREAMING.search(code_of(base.value)):
                 return True
     return iterates and not indexes
+
+
+def _ignores_index(flow: Flow, cls: Where) -> bool:
+    """A dataset whose `__getitem__` never reads the index it is given: it draws its own random
+    sample (`start = torch.randint(...)`), so the loader's order does not matter."""
+    for current in flow.bases(cls):
+        method = current.index.methods(current.node).get("__getitem__")  # type: ignore[arg-type]
+        if method is None:
+            continue
+        params = method.params.params
+        if len(params) < 2:
+            return False
+        index = params[1].name.value
+        return not any(isinstance(n, cst.Name) and n.value == index for n in current.index.scoped(method.body))
+    return False
+
