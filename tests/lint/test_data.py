@@ -501,3 +501,21 @@ def test_dataset_that_draws_its_own_random_sample_needs_no_shuffle():
                     model(x).mean().backward()
                     opt.step()
     """)
+
+
+def test_dataset_that_shuffles_its_own_items():
+    check("""
+        def main(model, Clips, files, epochs):
+            opt = torch.optim.Adam(model.parameters())
+            ordered = DataLoader(Clips(files, shuffle=False), batch_size=4)  # expect: LC702
+            mixed = DataLoader(Clips(files, shuffle=True), batch_size=4)
+            for epoch in range(epochs):
+                for x in ordered:
+                    opt.zero_grad()
+                    model(x).mean().backward()
+                    opt.step()
+                for x in mixed:
+                    opt.zero_grad()
+                    model(x).mean().backward()
+                    opt.step()
+    """)

@@ -24,6 +24,7 @@ from loopcheck.lint.values import Flow, ModuleIndex, Where, code_of, dotted, fir
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 _SHUFFLE_AT, _SAMPLER_AT, _BATCH_SAMPLER_AT = 2, 3, 4
+_OWN_SHUFFLE = re.compile(r"\bshuffle=(?!False\b)")
 _STREAMING = re.compile(r"iterable|stream|webdataset|\bwds\b|datapipe|IterDataPipe", re.I)
 
 
@@ -389,7 +390,9 @@ class TrainLoaderNotShuffled(Rule):
             seen.append(expr)
         for expr in seen:
             text = code_of(expr)
-            if _STREAMING.search(text) or ".shuffle(" in text or "streaming=True" in text.replace(" ", ""):
+            compact = text.replace(" ", "")
+            # (a dataset built with its own `shuffle=` argument orders its items itself)
+            if _STREAMING.search(text) or ".shuffle(" in text or "streaming=True" in compact or _OWN_SHUFFLE.search(compact):
                 return True
         obj = flow.obj(index, dataset, at)
         if obj is None:
