@@ -527,3 +527,28 @@ def test_network_of_unknown_optimizer_or_on_computed_input_is_not_frozen():
                 optimizer.step()
         """
     )
+
+
+def test_inference_script_that_restores_weights_and_never_calls_eval():
+    check(
+        """
+        def score_right(weights, loader):
+            net = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+            net.load_state_dict(torch.load(weights, weights_only=True))
+            net.eval()
+            out = []
+            with torch.no_grad():
+                for x in loader:
+                    out.append(net(x))
+            return out
+
+        def score(weights, loader):
+            net = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+            net.load_state_dict(torch.load(weights, weights_only=True))
+            out = []
+            with torch.no_grad():
+                for x in loader:
+                    out.append(net(x))  # expect: LC301
+            return out
+        """
+    )

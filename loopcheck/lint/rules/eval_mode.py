@@ -432,8 +432,9 @@ class EvalWithoutEvalMode(Rule):
 
             for state, between in states:
                 if state is None:
-                    # never switched: a network built in train mode, trained here, evaluated as is
-                    if not any(_is_trained(t, _trained(model, events)) for t in handles):
+                    # never switched: a network built in train mode, trained here (or restored from
+                    # saved weights by a script that trains nothing), evaluated as is
+                    if not any(_is_trained(t, _trained(model, events)) for t in handles) and not _restored_for_inference(model, target):
                         continue
                 elif _mode_of(state) != "train":
                     continue
@@ -484,6 +485,14 @@ def _phase_evaluations(model: ModuleModel) -> Iterator[tuple[Loop, Event, str]]:
                     and not any(on_phase.search(g.text) for g in e.guards)):
                 seen.add(e.target or "")
                 yield loop, e, held_out[0]
+
+
+def _restored_for_inference(model: ModuleModel, target: str | None) -> bool:
+    """An inference script: the network is built by a constructor the model read (so it starts in
+    train mode), its weights are loaded with `load_state_dict`, and nothing in the file trains."""
+    if not _built_here(model, target) or any(e.kind in (K.BACKWARD, K.STEP) for e in model.events):
+        return False
+    return any(e.kind is K.LOAD and e.target == target for e in model.events)
 
 
 def _train_after(model: ModuleModel, loop: Loop, forward: Event) -> bool:
