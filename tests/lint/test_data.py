@@ -519,3 +519,25 @@ def test_dataset_that_shuffles_its_own_items():
                     model(x).mean().backward()
                     opt.step()
     """)
+
+
+def test_loaders_built_by_one_dict_comprehension_and_picked_by_phase():
+    check("""
+        def fit(model, loaders, opt, epochs):
+            for epoch in range(epochs):
+                for phase in ["train", "val"]:
+                    model.train(phase == "train")
+                    for x, y in loaders[phase]:
+                        with torch.set_grad_enabled(phase == "train"):
+                            loss = nn.functional.mse_loss(model(x), y)
+                        if phase == "train":
+                            opt.zero_grad()
+                            loss.backward()
+                            opt.step()
+
+        if __name__ == "__main__":
+            sets = {s: torch.load(f"{s}.pt", weights_only=True) for s in ["train", "val"]}
+            loaders = {s: DataLoader(sets[s], batch_size=32) for s in ["train", "val"]}  # expect: LC702
+            model = nn.Linear(4, 1)
+            fit(model, loaders, torch.optim.SGD(model.parameters(), lr=0.1), 10)
+    """)

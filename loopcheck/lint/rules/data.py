@@ -96,7 +96,7 @@ def _loader(ctx: FileContext, flow: Flow, loop: Loop) -> _Loader | None:
     """The `DataLoader(...)` call behind the loader a batch loop iterates."""
     name = _loader_name(flow, loop)
     if not name:
-        return None
+        return _one_of_loaders(flow, loop)
     binding = ctx.model.bindings.get(name)
     if binding is not None and binding.role is Role.LOADER and binding.call is not None:
         if binding.cls != "DataLoader":
@@ -109,6 +109,26 @@ def _loader(ctx: FileContext, flow: Flow, loop: Loop) -> _Loader | None:
     if obj is None or obj.kind != "call" or obj.name.rpartition(".")[2] != "DataLoader":
         return None
     return _Loader(name, obj.where.index, obj.where.node)  # type: ignore[arg-type]
+
+
+def _one_of_loaders(flow: Flow, loop: Loop) -> _Loader | None:
+    """`for x, y in loaders[phase]:` over a dict of loaders built by one comprehension
+    (`{s: DataLoader(sets[s], ...) for s in ["train", "val"]}`): that DataLoader call."""
+    node = loop.node
+    if id(node) not in flow.main.order or not isinstance(node, cst.For) or not isinstance(node.iter, cst.Subscript):
+        return None
+    expr, index, at = node.iter.value, flow.main, node
+    for _ in range(4):  # through names and the parameters the loaders are handed as
+        if isinstance(expr, cst.DictComp):
+            value = expr.value
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] == "DataLoader":
+                return _Loader(code_of(node.iter), index, value)
+            return None
+        values = flow.values_of(index, expr, at) if isinstance(expr, (cst.Name, cst.Attribute)) else []
+        if len(values) != 1 or values[0][3] is not None:
+            return None
+        index, expr, at, _ = values[0]
+    return None
 
 
 def _arg(call: cst.Call, name: str, position: int) -> cst.Arg | None:
