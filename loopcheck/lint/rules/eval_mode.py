@@ -547,29 +547,20 @@ class EvalWithoutNoGrad(Rule):
                 f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
             )
         model = ctx.model
-        for loop, forward in _full_batch_evaluations(model, _trained(model), recording=True):
+        # single forwards outside an evaluation loop: (forward, what it runs on, what it costs)
+        passes = [(forward, "an evaluation forward (on held-out data or a fixed sampling input)", "nothing backpropagates it")
+                  for _, forward in _full_batch_evaluations(model, _trained(model), recording=True)]
+        passes += [(forward, f"forward over `{source}`", "nothing backpropagates it")
+                   for _, forward, source in _comprehension_evaluations(model, _trained(model), recording=True)]
+        passes += [(forward, f"forward on the batch in the training loop ({cited(loop)})",
+                    "no optimizer updates it: backward also runs through it and fills gradients nothing uses")
+                   for loop, forward in _frozen_forwards(ctx)]
+        for forward, what, why in passes:
             yield self.finding(
                 ctx,
                 _in_file(forward, forward, ctx.path),
-                f"`{forward.target}` runs an evaluation forward (on held-out data or a fixed sampling "
-                f"input) with autograd recording, and nothing backpropagates it: the activations are kept for a backward "
-                f"that never comes; wrap the evaluation in `torch.no_grad()`",
-            )
-        for loop, forward, source in _comprehension_evaluations(model, _trained(model), recording=True):
-            yield self.finding(
-                ctx,
-                _in_file(forward, forward, ctx.path),
-                f"`{forward.target}` runs forward over `{source}` with autograd recording, and nothing "
-                f"backpropagates it: autograd records the graph of every batch for a backward that never "
-                f"comes (slower, and more memory); wrap the evaluation in `torch.no_grad()`",
-            )
-        for loop, forward in _frozen_forwards(ctx):
-            yield self.finding(
-                ctx,
-                _in_file(forward, forward, ctx.path),
-                f"`{forward.target}` runs forward on the batch in the training loop ({cited(loop)}) with "
-                f"autograd recording, but no optimizer updates it: backward also runs through it and "
-                f"fills gradients nothing uses (time and memory); wrap its forward in `torch.no_grad()`",
+                f"`{forward.target}` runs {what} with autograd recording, and {why}: the activations are "
+                f"kept for a backward that brings nothing; wrap it in `torch.no_grad()`",
             )
         for loop, forward, site in _evaluation_calls(model, _trained(model)):
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
