@@ -247,19 +247,18 @@ def _resets_after_inner_backward(view: _LoopView, opt: str) -> Iterator[tuple[Lo
         return
     for trace in view.loop.traces:
         floor: Event | None = None  # the previous step of `opt` or reset, in this iteration
-        for step in trace:
-            if view.covers(step, opt, definite=True) and stepped_optimizer(step) != opt:
-                reset, floor_before = step, floor
-                floor = step
-                following = trace[_index_of(trace, reset) + 1 :]
-                ahead = next((e for e in following if e.kind is EventKind.BACKWARD or stepped_optimizer(e) == opt), None)
+        for i, event in enumerate(trace):
+            if stepped_optimizer(event) == opt:
+                floor = event
+            elif view.covers(event, opt, definite=True):
+                reset, since = event, floor
+                floor = event
+                ahead = next((e for e in trace[i + 1 :] if e.kind is EventKind.BACKWARD or stepped_optimizer(e) == opt), None)
                 if ahead is None or ahead.kind is EventKind.BACKWARD or _inner_backward_between(view, opt, reset, ahead):
                     continue
-                inner = _inner_loops_with_backward(view, opt, floor_before, reset)
+                inner = _inner_loops_with_backward(view, opt, since, reset)
                 if inner:
                     yield inner[-1], reset, ahead
-            elif stepped_optimizer(step) == opt:
-                floor = step
 
 
 def _index_of(events: list[Event], event: Event) -> int:
