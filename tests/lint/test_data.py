@@ -368,3 +368,176 @@ def test_message_names_the_loader():
     source = HEAD + script("loader = DataLoader(train_set, batch_size=32)\n")
     (finding,) = lint_source(source, select=["LC702"])
     assert "`loader`" in finding.message and "shuffle=True" in finding.message
+
+
+def test_loader_cycled_by_a_generator_of_the_file():
+    check("""
+        def cycle(dl):
+            while True:
+                for batch in iter(dl):
+                    yield batch
+
+        def main(model, train_set, max_steps):
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            loader = DataLoader(train_set, batch_size=16, drop_last=True)  # expect: LC702
+            batches = cycle(loader)
+            with tqdm(range(max_steps)) as bar:
+                for step in bar:
+                    x, y = next(batches)
+                    opt.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+    """)
+
+
+def test_generator_that_does_not_loop_over_its_argument_is_not_followed():
+    check("""
+        def batches_of(dl, n):
+            for i in range(n):
+                yield torch.randn(8, 4), torch.randn(8, 1)
+
+        def main(model, train_set, max_steps):
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            loader = DataLoader(train_set, batch_size=16)
+            batches = batches_of(loader, max_steps)
+            for step in range(max_steps):
+                x, y = next(batches)
+                opt.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+    """)
+
+
+def test_sampler_that_is_none_outside_distributed_runs():
+    check("""
+        def main(model, train_set, args):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_sampler = None
+            loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)  # expect: LC702
+            for epoch in range(args.epochs):
+                for x, y in loader:
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    opt.step()
+
+        def main_shuffled_when_alone(model, train_set, args):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            sampler = DistributedSampler(train_set) if args.distributed else None
+            loader = DataLoader(train_set, batch_size=64, shuffle=sampler is None, sampler=sampler)
+            for epoch in range(args.epochs):
+                if sampler is not None:
+                    sampler.set_epoch(epoch)
+                for x, y in loader:
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    opt.step()
+    """)
+
+
+def test_dataset_that_iterates_and_indexes_is_map_style():
+    check("""
+        class Graphs(Dataset):
+            def __init__(self):
+                self.items = [(torch.randn(4), torch.randn(1)) for _ in range(100)]
+
+            def __len__(self):
+                return len(self.items)
+
+            def __getitem__(self, i):
+                return self.items[i]
+
+            def __iter__(self):
+                for i in range(len(self)):
+                    yield self[i]
+
+        class Stream(IterableDataset):
+            def __iter__(self):
+                yield torch.randn(4), torch.randn(1)
+
+        class Chunks:
+            def __iter__(self):
+                yield torch.randn(4), torch.randn(1)
+
+        def main(model, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            graphs = DataLoader(Graphs(), batch_size=8)  # expect: LC702
+            stream = DataLoader(Stream(), batch_size=8)
+            chunks = DataLoader(Chunks(), batch_size=8)
+            for epoch in range(epochs):
+                for x, y in graphs:
+                    opt.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+                for x, y in stream:
+                    opt.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+                for x, y in chunks:
+                    opt.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+    """)
+
+
+def test_dataset_that_draws_its_own_random_sample_needs_no_shuffle():
+    check("""
+        class RandomWindows(Dataset):
+            def __init__(self, data, n):
+                self.data, self.n = data, n
+
+            def __getitem__(self, index):
+                start = torch.randint(0, self.data.size(0) - self.n, (1,))
+                return self.data[start : start + self.n]
+
+            def __len__(self):
+                return self.data.size(0) // self.n
+
+        def main(model, data, epochs):
+            opt = torch.optim.Adam(model.parameters())
+            loader = DataLoader(RandomWindows(data, 256), batch_size=4)
+            for epoch in range(epochs):
+                for x in loader:
+                    opt.zero_grad()
+                    model(x).mean().backward()
+                    opt.step()
+    """)
+
+
+def test_dataset_that_shuffles_its_own_items():
+    check("""
+        def main(model, Clips, files, epochs):
+            opt = torch.optim.Adam(model.parameters())
+            ordered = DataLoader(Clips(files, shuffle=False), batch_size=4)  # expect: LC702
+            mixed = DataLoader(Clips(files, shuffle=True), batch_size=4)
+            for epoch in range(epochs):
+                for x in ordered:
+                    opt.zero_grad()
+                    model(x).mean().backward()
+                    opt.step()
+                for x in mixed:
+                    opt.zero_grad()
+                    model(x).mean().backward()
+                    opt.step()
+    """)
+
+
+def test_loaders_built_by_one_dict_comprehension_and_picked_by_phase():
+    check("""
+        def fit(model, loaders, opt, epochs):
+            for epoch in range(epochs):
+                for phase in ["train", "val"]:
+                    model.train(phase == "train")
+                    for x, y in loaders[phase]:
+                        with torch.set_grad_enabled(phase == "train"):
+                            loss = nn.functional.mse_loss(model(x), y)
+                        if phase == "train":
+                            opt.zero_grad()
+                            loss.backward()
+                            opt.step()
+
+        if __name__ == "__main__":
+            sets = {s: torch.load(f"{s}.pt", weights_only=True) for s in ["train", "val"]}
+            loaders = {s: DataLoader(sets[s], batch_size=32) for s in ["train", "val"]}  # expect: LC702
+            model = nn.Linear(4, 1)
+            fit(model, loaders, torch.optim.SGD(model.parameters(), lr=0.1), 10)
+    """)

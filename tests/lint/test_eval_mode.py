@@ -395,3 +395,160 @@ def test_enable_grad_rollouts_and_graphs_recorded_outside_are_clean():
                     loss.backward()
                 optimizer.step()
     """)
+
+
+def test_phase_loop_without_eval_for_the_held_out_phase():
+    check(
+        """
+        def fit(model, loaders, optimizer, epochs):
+            for epoch in range(epochs):
+                for phase in ["train", "test"]:
+                    if phase == "train":
+                        model.train()
+                    for x, y in loaders[phase]:
+                        with torch.set_grad_enabled(phase == "train"):
+                            loss = F.mse_loss(model(x), y)  # expect: LC301
+                        if phase == "train":
+                            optimizer.zero_grad()
+                            loss.backward()
+                            optimizer.step()
+        """
+    )
+
+
+def test_phase_loop_whose_eval_is_not_undone_in_the_next_training_phase():
+    check(
+        """
+        def fit(model, loaders, optimizer, epochs):
+            for epoch in range(epochs):
+                for phase in ["train", "val"]:
+                    if phase == "val":
+                        model.eval()  # expect: LC303
+                    for x, y in loaders[phase]:
+                        with torch.set_grad_enabled(phase == "train"):
+                            loss = F.mse_loss(model(x), y)
+                        if phase == "train":
+                            optimizer.zero_grad()
+                            loss.backward()
+                            optimizer.step()
+        """
+    )
+
+
+def test_phase_loop_with_both_switches_is_fine():
+    check(
+        """
+        def fit(model, loaders, optimizer, epochs):
+            for epoch in range(epochs):
+                for phase in ["train", "val"]:
+                    if phase == "train":
+                        model.train()
+                    else:
+                        model.eval()
+                    for x, y in loaders[phase]:
+                        with torch.set_grad_enabled(phase == "train"):
+                            loss = F.mse_loss(model(x), y)
+                        if phase == "train":
+                            optimizer.zero_grad()
+                            loss.backward()
+                            optimizer.step()
+        """
+    )
+
+
+def test_step_loop_evaluating_on_one_branch_and_training_on_the_other():
+    check(
+        """
+        def fit(model, loader, optimizer, every):
+            for step, (x, y) in enumerate(loader):
+                if step % every == 0:
+                    model.eval()  # expect: LC303
+                    with torch.no_grad():
+                        print(F.mse_loss(model(x), y).item())
+                else:
+                    loss = F.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        """
+    )
+
+
+def test_evaluation_written_as_a_generator_over_the_test_loader():
+    check(
+        """
+        def main(model, loader, test_loader, optimizer):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                F.mse_loss(model(x), y).backward()
+                optimizer.step()
+            with torch.no_grad():
+                err = sum(F.mse_loss(model(x), y).item() for x, y in test_loader)  # expect: LC301
+            model.eval()
+            err = sum(F.mse_loss(model(x), y).item() for x, y in test_loader)  # expect: LC302
+            return err
+        """
+    )
+
+
+def test_frozen_network_recording_on_the_batch_beside_the_trained_one():
+    check(
+        """
+        def distill(student, teacher, loader):
+            optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+            for x, y in loader:
+                soft = teacher(x).softmax(-1)  # expect: LC302
+                loss = F.cross_entropy(student(x), soft)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    )
+
+
+def test_network_of_unknown_optimizer_or_on_computed_input_is_not_frozen():
+    check(
+        """
+        def alias(model, loader, make_optimizer):
+            optimizer = make_optimizer(model)
+            for x, y in loader:
+                loss = F.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+        def perceptual(gen, features, loader):
+            optimizer = torch.optim.Adam(gen.parameters())
+            for z, target in loader:
+                loss = F.mse_loss(features(gen(z)), target)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    )
+
+
+def test_inference_script_that_restores_weights_and_never_calls_eval():
+    check(
+        """
+        def score_right(weights, loader):
+            net = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+            net.load_state_dict(torch.load(weights, weights_only=True))
+            net.eval()
+            out = []
+            with torch.no_grad():
+                for x in loader:
+                    out.append(net(x))
+            return out
+
+        def score(weights, loader):
+            net = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+            net.load_state_dict(torch.load(weights, weights_only=True))
+            out = []
+            with torch.no_grad():
+                for x in loader:
+                    out.append(net(x))  # expect: LC301
+            return out
+        """
+    )

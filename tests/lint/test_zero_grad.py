@@ -409,3 +409,80 @@ def test_loss_divided_in_a_helper_of_the_file_is_clean() -> None:
                     optimizer.step()
                     optimizer.zero_grad()
     """) == []
+
+
+def test_reset_after_the_micro_batch_loop_that_ran_backward() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader, optimizer, k):
+            for batch in loader:
+                for piece in batch.split(k):
+                    (model(piece).mean() / k).backward()
+                optimizer.zero_grad()
+                optimizer.step()
+    """) == [(7, "LC102")]
+
+
+def test_reset_before_the_micro_batch_loop_is_fine() -> None:
+    assert lc1("""
+        import torch
+        def train(model, loader, optimizer, k):
+            for batch in loader:
+                optimizer.zero_grad()
+                for piece in batch.split(k):
+                    (model(piece).mean() / k).backward()
+                optimizer.step()
+    """) == []
+
+
+def test_inner_loop_with_its_own_step_does_not_feed_the_outer_one() -> None:
+    # the batch loop steps its own optimizer; the reset before the epoch-level loss is right
+    assert lc1("""
+        import torch
+        def train(model, loader, optimizer, extra):
+            for epoch in range(10):
+                for x in loader:
+                    optimizer.zero_grad()
+                    model(x).mean().backward()
+                    optimizer.step()
+                optimizer.zero_grad()
+                extra(model).backward()
+                optimizer.step()
+    """) == []
+
+
+def test_reset_between_two_losses_of_one_of_two_optimizers() -> None:
+    assert lc1("""
+        import torch
+        def train(gen, disc, loader):
+            opt_g = torch.optim.Adam(gen.parameters())
+            opt_d = torch.optim.Adam(disc.parameters())
+            for real in loader:
+                disc(real).mean().backward()
+                disc.zero_grad()
+                fake = gen(torch.randn(8, 16))
+                disc(fake.detach()).mean().neg().backward()
+                opt_d.step()
+                gen.zero_grad()
+                disc(fake).mean().backward()
+                opt_g.step()
+    """) == [(8, "LC102")]
+
+
+def test_reset_dropping_another_networks_gradients_is_fine() -> None:
+    # the generator's backward also fills the discriminator's gradients: resetting them before
+    # the discriminator's own backward is what the code means
+    assert lc1("""
+        import torch
+        def train(gen, disc, loader):
+            opt_g = torch.optim.Adam(gen.parameters())
+            opt_d = torch.optim.Adam(disc.parameters())
+            for real in loader:
+                gen.zero_grad()
+                fake = gen(torch.randn(8, 16))
+                disc(fake).mean().backward()
+                disc.zero_grad()
+                (disc(real).mean() - disc(fake.detach()).mean()).backward()
+                opt_d.step()
+                opt_g.step()
+    """) == []

@@ -15,6 +15,7 @@ from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role, Schedu
 from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, SCHEDULER, Facts, Saved, name_of
 from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
 from loopcheck.lint.rules._display import at as cited
+from loopcheck.lint.rules.zero_grad import stepped_optimizer
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.saved_files import ProjectFiles
 from loopcheck.lint.torch_range import declared_floor, floor_text
@@ -66,12 +67,14 @@ def _written_at(ctx: FileContext, saved: Saved) -> "Event | cst.CSTNode":
     """Where a checkpoint's content is written: the save, or the call in this file that hands a
     save helper the dict literal it saves (`save_checkpoint({"model": ...}, path)`)."""
     keys = saved.event.detail.get("keys")
-    via = saved.event.via
-    if keys is None or not via or via[0].module is not ctx.module or type(via[0].node) is not cst.Call:
+    if keys is None:
         return saved.event
-    for arg in via[0].node.args:
-        if type(arg.value) is cst.Dict and {_key_text(el) for el in arg.value.elements} == set(keys):
-            return via[0].node
+    for site in reversed(saved.event.via):  # the nearest call in this file (`main()` may lead to it)
+        if site.module is not ctx.module or type(site.node) is not cst.Call:
+            continue
+        for arg in site.node.args:
+            if type(arg.value) is cst.Dict and {_key_text(el) for el in arg.value.elements} == set(keys):
+                return site.node
     return saved.event
 
 
@@ -102,23 +105,40 @@ class CheckpointMissingOptimizer(_CheckpointRule):
         """With several optimizers stepped (a GAN's generator and discriminator), a checkpoint
         that holds the state of some of them but not of another."""
         facts = Facts.of(ctx)
-        stepped = sorted({shown_name(e.target) for e in facts.model.events if e.kind is K.STEP and e.target
-                          and facts.model.role(e.target) is Role.OPTIMIZER})
+        optimizers = {stepped_optimizer(e) for e in facts.model.events}  # `opt.step()`, `scaler.step(opt)`
+        stepped = sorted({shown_name(o) for o in optimizers if o and facts.model.role(o) is Role.OPTIMIZER})
         if len(stepped) < 2:
             return
-        for saved in facts.training_checkpoints():
+        checkpoints = list(facts.training_checkpoints())
+        reported: set[int] = set()
+        for saved in checkpoints:
             if not saved.holds(OPTIMIZER):
                 continue  # no optimizer at all: the finding above
             written = " ".join(_saved_texts(s) for s in facts.saves if s.unit == saved.unit)
             kept = [o for o in stepped if re.search(rf"\b{re.escape(o)}\b", written)]
             missing = [o for o in stepped if o not in kept]
             if kept and missing:
+                # the file that keeps the weights the missing optimizer trains (a GAN's `g_last.pth`
+                # next to `d_last.pth`), else this one
+                owner = _saving_network_of(facts, missing[0], [s for s in checkpoints if s.unit == saved.unit]) or saved
+                if id(owner) in reported:
+                    continue
+                reported.add(id(owner))
                 yield self.finding(
-                    ctx, _written_at(ctx, saved),
-                    f"{_describe(saved)} holds the state of `{kept[0]}` but not of `{missing[0]}`, "
+                    ctx, _written_at(ctx, owner),
+                    f"{_describe(owner)} " + ("holds" if owner is saved else "is written with one that holds")
+                    + f" the state of `{kept[0]}` but not of `{missing[0]}`, "
                     f"which is stepped too: a resumed run restarts `{missing[0]}`'s moments from zero; "
                     f"add `\"{missing[0]}\": {missing[0]}.state_dict()`",
                 )
+
+
+def _saving_network_of(facts: Facts, optimizer: str, saves: list[Saved]) -> Saved | None:
+    """The one save among `saves` that writes the weights of a network `optimizer` updates."""
+    networks = {shown_name(n) for name, b in facts.model.bindings.items()
+                if b.role is Role.OPTIMIZER and shown_name(name) == optimizer for n in b.detail.get("params_of") or ()}
+    owners = [s for s in saves if any(re.search(rf"\b{re.escape(n)}\b", _saved_texts(s)) for n in networks)]
+    return owners[0] if len(owners) == 1 else None
 
 
 def shown_name(target: str) -> str:

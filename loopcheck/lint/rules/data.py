@@ -26,6 +26,7 @@ from loopcheck.lint.values import Flow, ModuleIndex, Where, code_of, dotted, fir
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 _SHUFFLE_AT, _SAMPLER_AT, _BATCH_SAMPLER_AT = 2, 3, 4
 _SHUFFLES = re.compile(r"\brandom\.shuffle\(")
+_OWN_SHUFFLE = re.compile(r"\bshuffle=(?!False\b)")
 _STREAMING = re.compile(r"iterable|stream|webdataset|\bwds\b|datapipe|IterDataPipe", re.I)
 
 
@@ -36,12 +37,15 @@ def _training_loops(ctx: FileContext) -> Iterator[Loop]:
 
 
 def _loader_name(flow: Flow, loop: Loop) -> str | None:
-    """The loader a batch loop iterates: the model's, or `next(it)` with `it = iter(loader)`."""
-    if loop.loader:
+    """The loader a batch loop iterates: the model's, or `next(it)` with `it = iter(loader)` (also
+    through a generator of the project that loops over it, `it = infinite(loader)`)."""
+    binding = flow.ctx.model.bindings.get(loop.loader or "")
+    if loop.loader and binding is not None and binding.role is Role.LOADER:
         return loop.loader
+    # `for step in pbar:` with the batches drawn by next(): the loader is the one next() reads
     index = flow.main
     if id(loop.node) not in index.order:
-        return None
+        return loop.loader
     names = set()
     for node in index.scoped(loop.node.body):
         if isinstance(node, cst.Call) and dotted(node.func) == "next" and node.args:
@@ -50,9 +54,37 @@ def _loader_name(flow: Flow, loop: Loop) -> str | None:
                 values = flow.values_of(index, arg, node)
                 arg = values[0][1] if len(values) == 1 and values[0][3] is None else arg
             if isinstance(arg, cst.Call) and dotted(arg.func) == "iter" and arg.args:
-                names.add(dotted(arg.args[0].value))
+                arg = arg.args[0].value
+                names.add(dotted(_generator_source(flow, index, arg) or arg))
+            elif isinstance(arg, cst.Call) and arg.args:
+                names.add(dotted(_generator_source(flow, index, arg)))
     names.discard(None)
-    return names.pop() if len(names) == 1 else None
+    return names.pop() if len(names) == 1 else loop.loader
+
+
+def _generator_source(flow: Flow, index: ModuleIndex, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`infinite(loader)` for a generator function of the project that loops over its first
+    parameter and yields (`while True: for batch in loader: yield batch`): the loader it is handed."""
+    call = expr
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name) or not call.args:
+        return None
+    if call.args[0].keyword is not None or call.args[0].star:
+        return None
+    found = flow.definition(index, call.func)
+    if found is None or type(found.node) is not cst.FunctionDef:
+        return None
+    params = found.node.params.params
+    if not params:
+        return None
+    first = params[0].name.value
+    nodes = list(found.index.scoped(found.node))
+    if not any(isinstance(n, cst.Yield) for n in nodes):
+        return None
+    loops_over = any(
+        isinstance(n, cst.For) and first in {code_of(n.iter), code_of(n.iter).removeprefix("iter(").removesuffix(")")}
+        for n in nodes
+    )
+    return call.args[0].value if loops_over else None
 
 
 @dataclass(frozen=True)
@@ -66,7 +98,7 @@ def _loader(ctx: FileContext, flow: Flow, loop: Loop) -> _Loader | None:
     """The `DataLoader(...)` call behind the loader a batch loop iterates."""
     name = _loader_name(flow, loop)
     if not name:
-        return None
+        return _one_of_loaders(flow, loop)
     binding = ctx.model.bindings.get(name)
     if binding is not None and binding.role is Role.LOADER and binding.call is not None:
         if binding.cls != "DataLoader":
@@ -81,6 +113,26 @@ def _loader(ctx: FileContext, flow: Flow, loop: Loop) -> _Loader | None:
     return _Loader(name, obj.where.index, obj.where.node)  # type: ignore[arg-type]
 
 
+def _one_of_loaders(flow: Flow, loop: Loop) -> _Loader | None:
+    """`for x, y in loaders[phase]:` over a dict of loaders built by one comprehension
+    (`{s: DataLoader(sets[s], ...) for s in ["train", "val"]}`): that DataLoader call."""
+    node = loop.node
+    if id(node) not in flow.main.order or not isinstance(node, cst.For) or not isinstance(node.iter, cst.Subscript):
+        return None
+    expr, index, at = node.iter.value, flow.main, node
+    for _ in range(4):  # through names and the parameters the loaders are handed as
+        if isinstance(expr, cst.DictComp):
+            value = expr.value
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] == "DataLoader":
+                return _Loader(code_of(node.iter), index, value)
+            return None
+        values = flow.values_of(index, expr, at) if isinstance(expr, (cst.Name, cst.Attribute)) else []
+        if len(values) != 1 or values[0][3] is not None:
+            return None
+        index, expr, at, _ = values[0]
+    return None
+
+
 def _arg(call: cst.Call, name: str, position: int) -> cst.Arg | None:
     found = keyword_arg(call, name)
     if found is not None:
@@ -91,6 +143,20 @@ def _arg(call: cst.Call, name: str, position: int) -> cst.Arg | None:
 
 def _is_none(arg: cst.Arg | None) -> bool:
     return arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+
+
+def _may_be_none(flow: Flow, index: ModuleIndex, arg: cst.Arg | None, at: cst.CSTNode) -> bool:
+    """No sampler, or a name bound to None on some path: `sampler = None` (single process) or
+    `DistributedSampler(ds) if distributed else None`; then the loader's own shuffle decides."""
+    if _is_none(arg):
+        return True
+    assert arg is not None
+    values = flow.values_of(index, arg.value, at) if isinstance(arg.value, cst.Name) else []
+    if len(values) != 1 or values[0][3] is not None:
+        return False
+    value = values[0][1]
+    sides = (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,)
+    return any(isinstance(v, cst.Name) and v.value == "None" for v in sides)
 
 
 def _bool(arg: cst.Arg | None) -> bool | None:
@@ -332,7 +398,7 @@ class TrainLoaderNotShuffled(Rule):
             call = loader.call
             if _has_star(call):
                 continue
-            if not _is_none(_arg(call, "sampler", _SAMPLER_AT)):
+            if not _may_be_none(flow, loader.index, _arg(call, "sampler", _SAMPLER_AT), call):
                 continue
             if not _is_none(_arg(call, "batch_sampler", _BATCH_SAMPLER_AT)):
                 continue
@@ -344,13 +410,15 @@ class TrainLoaderNotShuffled(Rule):
                 continue
             reported.add(id(call))
             how = "shuffle=False" if shuffle is not None else "no shuffle"
+            sampler = _arg(call, "sampler", _SAMPLER_AT)
+            none = "no sampler" if _is_none(sampler) else f"its sampler `{code_of(sampler.value)}` can be None"  # type: ignore[union-attr]
             for at in _report_at(flow, loop, loader.index, call):
                 where = "" if at is call else (
                     f" (iterated at {cited(loop)})" if isinstance(at, _Built) else f" (built at {Where(loader.index, call).label(ctx.path)})")
                 yield self.finding(
                     ctx,
                     at,
-                    f"the training loader `{loader.name}`{where} has {how} and no sampler: every epoch "
+                    f"the training loader `{loader.name}`{where} has {how} and {none}: every epoch "
                     "sees the same batches in the same order (one class at a time if the data is stored "
                     "sorted); pass shuffle=True",
                 )
@@ -368,7 +436,9 @@ class TrainLoaderNotShuffled(Rule):
             seen.append(expr)
         for expr in seen:
             text = code_of(expr)
-            if _STREAMING.search(text) or ".shuffle(" in text or "streaming=True" in text.replace(" ", ""):
+            compact = text.replace(" ", "")
+            # (a dataset built with its own `shuffle=` argument orders its items itself)
+            if _STREAMING.search(text) or ".shuffle(" in text or "streaming=True" in compact or _OWN_SHUFFLE.search(compact):
                 return True
         obj = flow.obj(index, dataset, at)
         if obj is None:
@@ -379,18 +449,24 @@ class TrainLoaderNotShuffled(Rule):
 
 
 def _orders_itself(flow: Flow, cls: Where) -> bool:
-    """A dataset class that decides its own order: iterable (`__iter__`), streaming, one that
-    shuffles its sample list itself (`np.random.shuffle(self.samples)` in `__getitem__`), or one
-    whose `__getitem__` ignores the index it is given (a random window of a long text per item)."""
+    """A dataset class that decides its own order: iterable-style (`__iter__` and no
+    `__getitem__`: a map-style dataset that also iterates over itself, as graph libraries'
+    datasets do, is still shuffled by index), streaming, one that shuffles its sample list itself
+    (`np.random.shuffle(self.samples)`), or one whose `__getitem__` ignores the index it is given
+    (a random window of a long text per item)."""
+    iterates = indexes = False
     for current in flow.bases(cls):
         node = current.node
         assert isinstance(node, cst.ClassDef)
         methods = current.index.methods(node)
-        if "__iter__" in methods or any(_SHUFFLES.search(code_of(m)) for m in methods.values()):
+        if any(_SHUFFLES.search(code_of(m)) for m in methods.values()):
             return True
-        if "__getitem__" in methods and _ignores_index(methods["__getitem__"]):
-            return True
+        if "__getitem__" in methods and not indexes and _ignores_index(methods["__getitem__"]):
+            return True  # the `__getitem__` instances use (a base's is overridden)
+        iterates = iterates or "__iter__" in methods
+        indexes = indexes or "__getitem__" in methods
         for base in node.bases:
             if _STREAMING.search(code_of(base.value)):
                 return True
-    return False
+    return iterates and not indexes
+

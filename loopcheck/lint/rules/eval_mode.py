@@ -91,9 +91,10 @@ def _is_model_forward(model: ModuleModel, event: Event) -> bool:
     return event.kind is K.FORWARD and bool(event.target) and model.role(event.target) in (Role.MODEL, None)
 
 
-def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
+def _evaluation_loops(model: ModuleModel, averaged: bool = False) -> Iterator[tuple[Loop, list[Event]]]:
     """Evaluation loops over data, each with the first forward pass of every network it runs
-    (`encoder(x)` then `decoder(h)`: two networks, each with a mode of its own)."""
+    (`encoder(x)` then `decoder(h)`: two networks, each with a mode of its own); with `averaged`,
+    also the passes of an averaged copy (EMA / SWA weights: no mode question, but a graph all the same)."""
     for loop in model.walk_loops():
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
@@ -101,7 +102,8 @@ def _evaluation_loops(model: ModuleModel) -> Iterator[tuple[Loop, list[Event]]]:
         by_index = loop.iter_text.lstrip().startswith("range(") and loop.loader is None  # not `next(it)` per index
         if not iterates_data and not by_index and not loop.generates:
             continue
-        forwards = [e for e in model.events if _is_model_forward(model, e) and inside(e, loop)]
+        forwards = [e for e in model.events if inside(e, loop) and (
+            _is_model_forward(model, e) or averaged and e.kind is K.FORWARD and model.role(e.target) is Role.EMA)]
         if not forwards or _network_of_the_loop(model, loop, forwards[0]):
             continue
         if by_index and not loop.generates and not _HELD_OUT.search(_arguments_text(forwards[0])):
@@ -172,6 +174,45 @@ def _full_batch_evaluations(model: ModuleModel, trained: set[str], recording: bo
         if recording and (event.grad_conditional or _backward_after(model, event)):
             continue
         yield loop, event
+
+
+_COMPREHENSIONS = (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)
+
+
+def _comprehension_over_data(event: Event) -> str | None:
+    """The iterable of the comprehension the forward is written in, when it iterates data
+    (`sum(... for x, y in test_loader)`); None otherwise."""
+    if event.module is None:
+        return None
+    parents = module_nodes(event.module)[1]
+    node = parents.get(id(event.node))
+    while node is not None and not isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda)):
+        if isinstance(node, _COMPREHENSIONS):
+            try:
+                text = event.module.code_for_node(node.for_in.iter)
+            except Exception:  # a node libcst cannot print alone
+                return None
+            return text if _DATA_ITER.search(text) else None
+        node = parents.get(id(node))
+    return None
+
+
+def _comprehension_evaluations(model: ModuleModel, trained: set[str], recording: bool = False) -> Iterator[tuple[Loop | None, Event, str]]:
+    """A trained network run over data in a comprehension outside the batch loop (after training, or
+    once per epoch): `hits = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)`.
+    Under no_grad (the evaluation sign LC301 reads), or, with `recording`, without it and with
+    nothing backpropagated after it."""
+    for event in model.events:
+        if event.no_grad is recording or event.grad_conditional:
+            continue
+        if event.loop is not None and event.loop.kind is not LoopKind.EPOCH:
+            continue
+        if not _is_model_forward(model, event) or not _is_trained(event.target, trained):
+            continue
+        source = _comprehension_over_data(event)
+        if source is None or (recording and _backward_after(model, event)):
+            continue
+        yield event.loop, event, source
 
 
 # the fixed input a generative model is sampled from every epoch to watch its progress
@@ -352,6 +393,10 @@ class EvalWithoutEvalMode(Rule):
                   if not loop.generates or _train_after(model, loop, forward)]
         passes += [(loop, forward, set(), f"the evaluation pass on held-out data ({cited(forward)})", forward, "it")
                    for loop, forward in _full_batch_evaluations(model, _trained(model))]
+        passes += [(loop, forward, set(), f"the evaluation over `{source}` ({cited(forward)})", forward, "it")
+                   for loop, forward, source in _comprehension_evaluations(model, _trained(model))]
+        passes += [(loop, forward, set(), f"the `{phase}` phase of the loop over `{loop.iter_text}` ({cited(loop)})", forward, "that phase")
+                   for loop, forward, phase in _phase_evaluations(model)]
         passes += [(loop, forward, set(), f"the evaluation in `{site.callee}()` (called on {cited(site)})",
                     _shown_in(forward, loop.via + (site,)), "it")
                    for loop, forward, site in _evaluation_calls(model, _trained(model))]
@@ -364,9 +409,12 @@ class EvalWithoutEvalMode(Rule):
             at = _index(events, forward)
             if at < 0:
                 continue
-            outer = outermost(loop)
-            first = next((i for i, e in enumerate(events) if inside(e, outer)), at)
-            last = max((i for i, e in enumerate(events) if inside(e, outer)), default=at)
+            if loop is None:  # an evaluation after training, outside any loop: what ran before it decides
+                outer, first, last = None, at, at
+            else:
+                outer = outermost(loop)
+                first = next((i for i, e in enumerate(events) if inside(e, outer)), at)
+                last = max((i for i, e in enumerate(events) if inside(e, outer)), default=at)
             prefix, tail, before = events[first:at], events[at + 1 : last + 1], events[:first]
             backward_in_outer = any(e.kind is K.BACKWARD for e in events[first : last + 1])
 
@@ -384,8 +432,9 @@ class EvalWithoutEvalMode(Rule):
 
             for state, between in states:
                 if state is None:
-                    # never switched: a network built in train mode, trained here, evaluated as is
-                    if not any(_is_trained(t, _trained(model, events)) for t in handles):
+                    # never switched: a network built in train mode, trained here (or restored from
+                    # saved weights by a script that trains nothing), evaluated as is
+                    if not any(_is_trained(t, _trained(model, events)) for t in handles) and not _restored_for_inference(model, target):
                         continue
                 elif _mode_of(state) != "train":
                     continue
@@ -408,6 +457,42 @@ class EvalWithoutEvalMode(Rule):
                         severity=None if built_here else Severity.WARNING,
                     )
                 break
+
+
+def _phase_evaluations(model: ModuleModel) -> Iterator[tuple[Loop, Event, str]]:
+    """`for phase in ["train", "val"]:` with backward only in some phases (`if phase == "train":`):
+    each first forward per network that runs in every phase, with the held-out phase's name."""
+    for loop in model.walk_loops():
+        node = loop.node
+        if not isinstance(node, cst.For) or not isinstance(node.target, cst.Name):
+            continue
+        if not isinstance(node.iter, (cst.List, cst.Tuple)):
+            continue
+        phases = [el.value.evaluated_value for el in node.iter.elements if isinstance(el.value, cst.SimpleString)]
+        held_out = [p for p in phases if isinstance(p, str) and _HELD_OUT.fullmatch(p)]
+        if len(phases) != len(node.iter.elements) or not held_out:
+            continue
+        on_phase = re.compile(rf"\b{re.escape(node.target.value)}\b")
+        inside_events = [e for e in model.events if inside(e, loop)]
+        backwards = [e for e in inside_events if e.kind is K.BACKWARD]
+        if not backwards or not all(any(on_phase.search(g.text) for g in e.guards) for e in backwards):
+            continue
+        seen: set[str] = set()
+        trained = _trained(model)
+        for e in inside_events:
+            if (_is_model_forward(model, e) and e.target not in seen
+                    and (_known_network(model, e.target) or _is_trained(e.target, trained))
+                    and not any(on_phase.search(g.text) for g in e.guards)):
+                seen.add(e.target or "")
+                yield loop, e, held_out[0]
+
+
+def _restored_for_inference(model: ModuleModel, target: str | None) -> bool:
+    """An inference script: the network is built by a constructor the model read (so it starts in
+    train mode), its weights are loaded with `load_state_dict`, and nothing in the file trains."""
+    if not _built_here(model, target) or any(e.kind in (K.BACKWARD, K.STEP) for e in model.events):
+        return False
+    return any(e.kind is K.LOAD and e.target == target for e in model.events)
 
 
 def _train_after(model: ModuleModel, loop: Loop, forward: Event) -> bool:
@@ -448,7 +533,7 @@ class EvalWithoutNoGrad(Rule):
     code = "LC302"
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for loop, forwards in _evaluation_loops(ctx.model):
+        for loop, forwards in _evaluation_loops(ctx.model, averaged=True):
             forward = forwards[0]
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
                 continue  # a library's `generate` turns recording off itself
@@ -462,13 +547,20 @@ class EvalWithoutNoGrad(Rule):
                 f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
             )
         model = ctx.model
-        for loop, forward in _full_batch_evaluations(model, _trained(model), recording=True):
+        # single forwards outside an evaluation loop: (forward, what it runs on, what it costs)
+        passes = [(forward, "an evaluation forward (on held-out data or a fixed sampling input)", "nothing backpropagates it")
+                  for _, forward in _full_batch_evaluations(model, _trained(model), recording=True)]
+        passes += [(forward, f"forward over `{source}`", "nothing backpropagates it")
+                   for _, forward, source in _comprehension_evaluations(model, _trained(model), recording=True)]
+        passes += [(forward, f"forward on the batch in the training loop ({cited(loop)})",
+                    "no optimizer updates it: backward also runs through it and fills gradients nothing uses")
+                   for loop, forward in _frozen_forwards(ctx)]
+        for forward, what, why in passes:
             yield self.finding(
                 ctx,
                 _in_file(forward, forward, ctx.path),
-                f"`{forward.target}` runs an evaluation forward (on held-out data or a fixed sampling "
-                f"input) with autograd recording, and nothing backpropagates it: the activations are kept for a backward "
-                f"that never comes; wrap the evaluation in `torch.no_grad()`",
+                f"`{forward.target}` runs {what} with autograd recording, and {why}: the activations are "
+                f"kept for a backward that brings nothing; wrap it in `torch.no_grad()`",
             )
         for loop, forward, site in _evaluation_calls(model, _trained(model)):
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
@@ -483,6 +575,52 @@ class EvalWithoutNoGrad(Rule):
                 f"backward that never comes; decorate it with `@torch.no_grad()` or wrap its body in "
                 f"`torch.no_grad()`",
             )
+
+
+def _frozen_forwards(ctx: FileContext) -> Iterator[tuple[Loop, Event]]:
+    """A network no optimizer updates (a teacher, a frozen backbone) run with recording on the
+    batch of a training loop (`soft = teacher(x)`) beside the network that is updated: its graph
+    only serves a backward into weights that never change. Only when every optimizer's parameters
+    are known and nothing in the file asks for gradients of frozen weights or inputs (`requires_grad`)."""
+    model = ctx.model
+    optimizers = [b for b in model.bindings.values() if b.role is Role.OPTIMIZER]
+    if not optimizers or any(not b.detail.get("params_of") for b in optimizers) or "requires_grad" in ctx.source:
+        return
+    updated = {n for b in optimizers for n in b.detail["params_of"] if isinstance(n, str)}
+    seen: set[tuple[int, str]] = set()
+    for event in model.events:
+        loop = event.loop
+        if loop is None or loop.kind is not LoopKind.BATCH or not isinstance(loop.node, cst.For):
+            continue
+        if event.no_grad or event.grad_conditional or event.detail.get("generate") or not _is_model_forward(model, event):
+            continue
+        target = event.target or ""
+        if (id(loop), target) in seen or any(_same_model(target, u) or _part_of(target, u) or _part_of(u, target) for u in updated):
+            continue
+        if not any(e.kind is K.BACKWARD and inside(e, loop) for e in model.events):
+            continue
+        if not any(e.kind is K.FORWARD and inside(e, loop) and any(_same_model(e.target, u) for u in updated)
+                   for e in model.events):
+            continue  # the network the optimizer updates must run here too (`self.model` may be `model`)
+        node = event.node
+        args = node.args if isinstance(node, cst.Call) else ()
+        names = {n for a in args for n in _plain_names(a.value)}
+        if not args or not names or not names <= _names_in(loop.node.target):
+            continue  # run on something computed (a generator's output): gradients may need to flow through it
+        seen.add((id(loop), target))
+        yield loop, event
+
+
+def _plain_names(expr: cst.CSTNode) -> set[str]:
+    """The variable names an expression reads (`x.to(device)` -> x, device; not attribute names)."""
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Attribute):
+        return _plain_names(expr.value)
+    out: set[str] = set()
+    for child in expr.children:
+        out |= _plain_names(child)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -523,7 +661,10 @@ class TrainModeNotRestored(Rule):
                 continue  # `train()` on one branch, `eval()` on the other: the mode is chosen on purpose
             # the rest of this iteration (minus the other side of the eval()'s `if`), then the next
             rest = [e for e in iteration[at + 1 :] if not exclusive(e, event)]
-            for later in rest + iteration[:at]:
+            # the next iteration: up to the eval() again, or down the other branch of its `if`
+            # (`for phase in ["train", "val"]:` trains in the phase after the evaluation)
+            following = iteration[:at] + [e for e in iteration[at + 1 :] if exclusive(e, event)]
+            for later in rest + following:
                 if later.kind in _MODES and _now_and_then(later, event):
                     continue  # `if step % eval_every == 0: evaluate()`: not every iteration switches
                 if later.kind in _MODES and _same_model(later.target, target):

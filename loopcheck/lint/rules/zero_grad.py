@@ -180,8 +180,10 @@ def _accumulation_test(step: Event) -> str:
 
 
 def _wiping_resets(view: _LoopView, opt: str) -> Iterator[tuple[Event, Event, Event, Event]]:
-    """(earlier backward, reset, later backward, step) on one path of one iteration: the reset of the
-    loop's only optimizer throws away a backward pass that was meant for the same step."""
+    """(earlier backward, reset, later backward, step) on one path of one iteration: the reset
+    throws away a backward pass that was meant for the same step. With several optimizers, only a
+    backward that no other optimizer's step uses (a GAN's generator loss also fills the
+    discriminator's gradients, which a reset before the discriminator's own backward drops on purpose)."""
     for trace in view.loop.traces:
         last_step = -1
         for i, ev in enumerate(trace):
@@ -195,8 +197,72 @@ def _wiping_resets(view: _LoopView, opt: str) -> Iterator[tuple[Event, Event, Ev
             r = resets[-1]
             later = next((e for e in window[r + 1 :] if e.kind is EventKind.BACKWARD), None)
             earlier = next((e for e in reversed(window[:r]) if e.kind is EventKind.BACKWARD), None)
-            if later is not None and earlier is not None:
+            if later is not None and earlier is not None and not _feeds_another(view, opt, trace, earlier):
                 yield earlier, window[r], later, ev
+
+
+def _feeds_another(view: _LoopView, opt: str, trace: list[Event], backward: Event) -> bool:
+    """The first step after `backward` is another optimizer's, or another optimizer is stepped
+    after it (later in the iteration, or in the next one up to the same point) with no reset of
+    its own in between."""
+    at = _index_of(trace, backward)
+    after = trace[at + 1 :] + trace[:at]
+    if next((stepped_optimizer(e) for e in after if stepped_optimizer(e)), opt) != opt:
+        return True
+    for other in view.steps:
+        if other == opt:
+            continue
+        for e in after:
+            if view.covers(e, other, definite=True):
+                break
+            if stepped_optimizer(e) == other:
+                return True
+    return False
+
+
+def _inner_loops_with_backward(view: _LoopView, opt: str, first: Event | None, last: Event) -> list[Loop]:
+    """Loops nested in the view's loop and written between two of its own events (from the top of
+    the body when `first` is None) that run backward without stepping `opt` themselves
+    (`for piece in batch.chunk(k): loss.backward()`)."""
+    if last.via != view.loop.via or (first is not None and (first.path != last.path or first.via != last.via)):
+        return []
+    return [
+        child for child in view.loop.children
+        if child.path == last.path and child.via == last.via and child.end_line < last.line
+        and (first is None or first.line < child.line)
+        and any(e.kind is EventKind.BACKWARD for e in child.all_events())
+        and not any(stepped_optimizer(e) == opt for e in child.all_events())
+    ]
+
+
+def _inner_backward_between(view: _LoopView, opt: str, reset: Event, step: Event) -> bool:
+    return bool(_inner_loops_with_backward(view, opt, reset, step))
+
+
+def _resets_after_inner_backward(view: _LoopView, opt: str) -> Iterator[tuple[Loop, Event, Event]]:
+    """(nested loop, reset, step) in one iteration: a reset of `opt` after a nested loop that runs
+    the backward passes of this step (since the previous step or reset), before the step, with no
+    backward in between."""
+    if not view.child_backward:
+        return
+    for trace in view.loop.traces:
+        floor: Event | None = None  # the previous step of `opt` or reset, in this iteration
+        for i, event in enumerate(trace):
+            if stepped_optimizer(event) == opt:
+                floor = event
+            elif view.covers(event, opt, definite=True):
+                reset, since = event, floor
+                floor = event
+                ahead = next((e for e in trace[i + 1 :] if e.kind is EventKind.BACKWARD or stepped_optimizer(e) == opt), None)
+                if ahead is None or ahead.kind is EventKind.BACKWARD or _inner_backward_between(view, opt, reset, ahead):
+                    continue
+                inner = _inner_loops_with_backward(view, opt, since, reset)
+                if inner:
+                    yield inner[-1], reset, ahead
+
+
+def _index_of(events: list[Event], event: Event) -> int:
+    return next(i for i, e in enumerate(events) if e is event)
 
 
 def _grad_read_between(ctx: FileContext, first: Event, last: Event) -> bool:
@@ -234,15 +300,15 @@ class ZeroGradBetweenBackwardAndStep(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for view in _views(ctx):
-            if view.child_backward:
-                continue
             for opt in view.steps:
                 if opt in view.closure_steps:
                     continue
                 reported: set[int] = set()
                 for kind, reset, step, backward, previous in _scan(view, opt):
-                    if kind != "between" or backward is None:
+                    if kind != "between" or backward is None or id(reset) in reported:
                         continue
+                    if view.child_backward and (previous or _inner_backward_between(view, opt, reset, step)):
+                        continue  # a nested loop's backward passes may come after the reset
                     reported.add(id(reset))
                     loss = backward.detail.get("loss_text") or "loss"
                     where = f"the previous iteration's `{loss}.backward()`" if previous else f"`{loss}.backward()`"
@@ -253,7 +319,18 @@ class ZeroGradBetweenBackwardAndStep(Rule):
                         f"sees zero gradients and the model never learns. Move the reset before the "
                         f"forward pass or after the step.",
                     )
-                if not view.single or any(
+                for inner, reset, step in _resets_after_inner_backward(view, opt):
+                    if id(reset) in reported:
+                        continue
+                    reported.add(id(reset))
+                    yield self.finding(
+                        ctx, reset,
+                        f"{_reset_text(reset)} ({at(reset)}) runs after the loop over "
+                        f"`{inner.iter_text}` ({at(inner)}), whose backward passes fill the gradients, "
+                        f"and before `{shown(opt)}.step()` ({at(step)}): the step sees zero gradients "
+                        f"and the model never learns. Move the reset before that loop or after the step.",
+                    )
+                if view.child_backward or any(
                     n != opt and view.model.role(n) is Role.OPTIMIZER for n in view.loop.escapes
                 ):
                     continue  # another optimizer may be stepped by a helper the model did not follow
