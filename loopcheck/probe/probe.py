@@ -89,6 +89,8 @@ class Probe:
         self.skipped = 0  # steps the GradScaler skipped (first optimizer)
         self.step_loss: dict[int, torch.Tensor | None] = {}
         self.loss_read: dict[int, slice | None] = {}  # where each step_loss sits in `readings`
+        # Each optimizer step since the last sample: what the sample-time detectors judge.
+        self.steps: list[StepRecord] = []
         self.readings = Readings()
         self.hooks = contextlib.ExitStack()
         self._detector_hooks = contextlib.ExitStack()
@@ -159,6 +161,7 @@ class Probe:
         self._norms.clear()
         self.step_loss.clear()
         self.loss_read.clear()
+        self.steps.clear()
         self.readings.clear()
         for det in self.detectors:
             det.enabled = False
@@ -287,7 +290,8 @@ class Probe:
     def _install(self) -> None:
         self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(nn.Module, "train", self._wrap_train)
-        self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
+        if self._calls["on_zero_grad"]:  # no default detector needs it: a reset shows in `.grad` itself
+            self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
         self._patch(nn.Module, "__getstate__", _wrap_getstate)
         self._install_objects()
 
@@ -310,7 +314,8 @@ class Probe:
             done.add(id(opt))
             hooks.enter_context(opt.register_step_pre_hook(self._step_pre_hook(opt)))
             hooks.enter_context(opt.register_step_post_hook(self._step_post_hook(opt)))
-        patches = [(type(o), "zero_grad", self._wrap_opt_zero_grad) for o in self.optimizers]
+        patches = [(type(o), "zero_grad", self._wrap_opt_zero_grad) for o in self.optimizers
+                   if self._calls["on_zero_grad"]]
         patches += [(type(s), "step", self._wrap_sched_step) for s in self.schedulers]
         if self.scaler is not None:
             patches += [(type(self.scaler), "step", self._wrap_scaler_step),
@@ -384,11 +389,28 @@ class Probe:
         return evaluate
 
     def _step_checks(self, i: int, optimizer: Optimizer) -> None:
-        """Optimizer `i`'s gradients are final: take the step's loss, run the step checks, seal."""
-        self._serial += 1
-        self._take_losses(i)
-        self._dispatch("on_step_pre", i, optimizer)
-        self.readings.seal()
+        """Optimizer `i`'s gradients are final: take the step's loss, run the step checks, seal.
+
+        The per-step path: one fused gradient norm call, one stack of the step's device values and
+        the sentinel; what the detectors judge from the step's loss and norms waits in `steps`
+        for the next sample. Grad mode is off meanwhile (nothing here is differentiated).
+        """
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
+            self._serial += 1
+            self._take_losses(i)
+            norms = self.grad_norms(i) if self._norms_wanted else None
+            self.steps.append(StepRecord(self.step + 1, i, self.loss_read[i], norms))
+            self._dispatch("on_step_pre", i, optimizer)
+            self.readings.seal()
+            self._sentinel()
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
+
+    def _sentinel(self) -> None:
         together = self.world_size > 1 and self.on_finding == "raise"
         tripped = (self.readings.tripped(distributed.all_ranks_max, self._main_device()) if together
                    else self.readings.tripped())
@@ -617,6 +639,14 @@ class Probe:
                     calls[name].append((det, getattr(det, name)))
         # A new mapping, not an update: a dispatch running now keeps the tuple it started with.
         self._calls = {name: tuple(pairs) for name, pairs in calls.items()}
+        self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
+
+    def listen(self, det: Detector, hook: str, on: bool) -> None:
+        """Start or stop calling `det`'s `hook` (a detector that needs a hook point only for a while)."""
+        idle = det.idle | {hook} if not on else det.idle - {hook}
+        if idle != det.idle:
+            det.idle = frozenset(idle)
+            self._rebuild_calls()
 
     def _dispatch(self, event: str, *args: Any) -> None:
         for det, fn in self._calls[event]:
@@ -668,6 +698,7 @@ class Probe:
         # Not in a `finally`: after a ProbeError the detectors that did not get to read keep
         # their slices, which stay valid until the queue is cleared at a later sample.
         self.readings.clear()
+        self.steps = []
         if not fresh or judge_only:
             return
         metrics: dict[str, Any] = {"step": self.step, "skipped": self.skipped}
@@ -715,6 +746,15 @@ def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
     def __getstate__(module: nn.Module) -> Any:
         return without_own_hooks(original(module))
     return __getstate__
+
+
+class StepRecord(NamedTuple):
+    """One optimizer step since the last sample (see `Probe.steps`)."""
+
+    step: int  # the step number findings give (steps of the first optimizer, this one included)
+    opt: int  # the optimizer's index
+    loss: slice | None  # where the step's loss sits in `Probe.readings`
+    norms: "StepNorms | None"  # its gradient norms (when a detector wants them)
 
 
 class StepNorms(NamedTuple):

@@ -4,6 +4,7 @@ the queue of device values and the deliberate host reads."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
@@ -11,7 +12,6 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 _HALF = (torch.float16, torch.bfloat16)
-_FLOAT32_OK = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class RobustLevel:
@@ -99,15 +99,25 @@ def fused_norms(tensors: Sequence[torch.Tensor], dtype: torch.dtype = torch.floa
     float32 reduces half precision in float32 (a float16 norm overflows at 65504); float64 makes a
     norm of float32 or half values finite exactly when every value is. No host sync.
     """
-    with torch.no_grad():
+    with no_grad():
         try:
-            if all(t.dtype is dtype for t in tensors):
-                return list(torch._foreach_norm(tensors, 2))
-            if dtype is torch.float64 or all(t.dtype in _FLOAT32_OK for t in tensors):
-                return list(torch._foreach_norm(tensors, 2, dtype=dtype))
+            # float32, float16 and bfloat16 reduce to float32 in one call; float64 refuses the narrowing
+            return list(torch._foreach_norm(tensors, 2, dtype=dtype))
+        except (RuntimeError, TypeError, AttributeError):  # float64 tensors, older torch, unusual tensors
+            pass
+        try:
             return [n.to(dtype) for n in torch._foreach_norm(tensors, 2)]
-        except (RuntimeError, TypeError, AttributeError):  # older torch, unusual tensors
+        except (RuntimeError, TypeError, AttributeError):
             return [torch.linalg.vector_norm(t.to(torch.promote_types(t.dtype, dtype))).to(dtype) for t in tensors]
+
+
+def no_grad() -> Any:
+    """`torch.no_grad()`, or a reusable do-nothing context when grad mode is off already (the
+    probe's per-step work runs with it off: entering a fresh no_grad costs a handful of calls)."""
+    return torch.no_grad() if torch.is_grad_enabled() else _NOTHING
+
+
+_NOTHING = contextlib.nullcontext()
 
 
 def max_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -116,7 +126,7 @@ def max_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     Finite exactly when every value is, in the tensor's own dtype: unlike a sum or a norm it cannot
     overflow on large finite values.
     """
-    with torch.no_grad():
+    with no_grad():
         try:
             return list(torch._foreach_norm(tensors, math.inf))
         except (RuntimeError, TypeError, AttributeError):  # older torch, unusual tensors
@@ -125,7 +135,7 @@ def max_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 def stack_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
     """Stack 0-d tensors into a vector on the first one's device, in their promoted dtype (no host sync)."""
-    with torch.no_grad():
+    with no_grad():
         try:
             return torch.stack(values)  # type: ignore[arg-type]
         except RuntimeError:  # several devices (a model split across GPUs)
@@ -156,13 +166,14 @@ class Readings:
         self._open: list[torch.Tensor] = []
         self._size = 0
         self._host: list[float] | None = None
+        self._host_tensor: torch.Tensor | None = None
         self._finite: bool | None = None
 
     def add(self, values: Sequence[torch.Tensor]) -> slice:
         start = self._size
         self._open.extend(values)
         self._size += len(values)
-        self._host = self._finite = None
+        self._host = self._host_tensor = self._finite = None
         if len(self._open) >= self._COMPACT:
             self.seal()
         return slice(start, self._size)
@@ -234,14 +245,20 @@ class Readings:
     def host(self) -> list[float]:
         """Every queued value as a Python float (NaN and Inf kept), read once per sample."""
         if self._host is None:
+            self._host = self.host_tensor().tolist()
+        return self._host
+
+    def host_tensor(self) -> torch.Tensor:
+        """Every queued value in one float64 CPU tensor, read once per sample."""
+        if self._host_tensor is None:
             self.seal()
             parts = self._parts
             if not parts:
-                self._host = []
+                self._host_tensor = torch.zeros(0, dtype=torch.float64)
             else:
                 flat = parts[0] if len(parts) == 1 else _cat(parts)
-                self._host = host_read(flat).double().tolist()
-        return self._host
+                self._host_tensor = host_read(flat).double()
+        return self._host_tensor
 
     def all_finite(self) -> bool:
         """Whether every queued value is finite: one pass over the host values, cached per sample."""
@@ -253,6 +270,7 @@ class Readings:
 
     def clear(self) -> None:
         self._parts, self._open, self._size, self._host, self._finite = [], [], 0, None, None
+        self._host_tensor = None
         self._watched = 0
         self._inflight.clear()
 

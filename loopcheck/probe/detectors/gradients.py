@@ -19,7 +19,7 @@ from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.stats import RobustLevel, fused_norms
 
 _TOP = 3  # layers named in a spike / vanishing finding
-_TRACKED = 8  # parameters per optimizer whose .grad resets are followed (LP403)
+_TRACKED = 2  # parameters per optimizer whose .grad resets are followed (LP403)
 _OWNER_SETS = 64  # distinct sets of parameters with gradients whose owners are remembered
 # LP106: the weight matrices measured (at most this many tensors and values), the ratio of a
 # matrix's update norm to its norm that is far too large, the samples in a row it must last, the
@@ -36,56 +36,76 @@ _SMALL_RMS = 1e-3
 
 class GradNormDetector(Detector):
     codes = ("LP101", "LP102")
+    wants_norms = True
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         c = self.config
         self._levels: dict[int, RobustLevel] = defaultdict(lambda: RobustLevel(c.window, c.warmup, c.spike_z, c.spike_ratio))
-        self._pending: list[tuple[int, int, slice, list[int]]] = []  # (step, optimizer, read, positions)
         self._low_total: dict[int, int] = defaultdict(int)
         self._low_module: dict[tuple[int, str], int] = defaultdict(int)
         self._totals: list[float] = []
-        self._owners: dict[tuple[int, tuple[int, ...]], list[str]] = {}
-
-    def on_step_pre(self, index: int, optimizer: Any) -> None:
-        norms = self.probe.grad_norms(index)
-        if norms.values:
-            self._pending.append((self.probe.step + 1, index, norms.read, norms.positions))
+        self._owners: dict[tuple[int, tuple[int, ...]], tuple[list[str], torch.Tensor]] = {}
 
     def on_sample(self, step: int, final: bool) -> None:
-        pending, self._pending = self._pending, []
+        """Judge the steps since the last sample, one matrix (steps x parameters) per optimizer and
+        set of parameters with gradients: the Python work per step is the spike test of its total."""
         self._totals = []
-        if not pending:
+        runs: dict[tuple[int, tuple[int, ...]], list[tuple[int, slice]]] = {}
+        for record in self.probe.steps:
+            norms = record.norms
+            if norms is not None and norms.values:
+                runs.setdefault((record.opt, tuple(norms.positions)), []).append((record.step, norms.read))
+        if not runs:
             return
-        host = self.probe.readings.host()
-        for at, index, read, positions in pending:
-            norms = host[read]
-            if not math.isfinite(sum(norms)) and not all(map(math.isfinite, norms)):
-                continue  # the non-finite detector owns these steps
-            total = math.sqrt(sum(n * n for n in norms))
+        host = self.probe.readings.host_tensor()
+        judged = []
+        for key, run in runs.items():
+            names, owner = self._owner_index(key)
+            starts = torch.tensor([read.start for _, read in run])
+            values = host[starts[:, None] + torch.arange(len(key[1]))]
+            # the non-finite detector owns steps with NaN/Inf norms
+            finite = torch.isfinite(values).all(1).tolist()
+            squares = torch.zeros(len(run), len(names), dtype=values.dtype).index_add_(1, owner, values * values)
+            modules = squares.sqrt()
+            totals = squares.sum(1).sqrt()
+            c = self.config
+            quiet = not bool(((totals < c.vanish_norm) | (modules < c.vanish_ratio * totals[:, None]).any(1)).any())
+            judged.extend(zip([at for at, _ in run], [key[0]] * len(run), finite, totals.tolist(),
+                              [(modules, names, k, quiet) for k in range(len(run))]))
+        if len(runs) > 1:
+            judged.sort(key=lambda item: item[0])  # in step order, the optimizers interleaved as they ran
+        for at, index, finite, total, (modules, names, k, quiet) in judged:
+            if not finite:
+                continue
             if index == 0:
                 self._totals.append(total)
-            modules = self._by_module(index, positions, norms)
-            self._spike(at, index, total, modules)
-            self._vanishing(at, index, total, modules)
+            level = self._levels[index].push(total)
+            if level is not None or not quiet:
+                by_module = dict(zip(names, modules[k].tolist()))
+                if level is not None:
+                    self._spike(at, index, total, level, by_module)
+                self._vanishing(at, index, total, by_module)
+            else:  # nothing near zero in this run of steps: the counters restart
+                self._low_total[index] = 0
+                if self._low_module:
+                    for key in [key for key in self._low_module if key[0] == index]:
+                        del self._low_module[key]
 
-    def _by_module(self, index: int, positions: list[int], norms: list[float]) -> dict[str, float]:
-        key = (index, tuple(positions))
-        owners = self._owners.get(key)
-        if owners is None:  # the same parameters have gradients step after step: name them once
+    def _owner_index(self, key: tuple[int, tuple[int, ...]]) -> tuple[list[str], torch.Tensor]:
+        """The modules owning these parameters, and each parameter's position among them."""
+        cached = self._owners.get(key)
+        if cached is None:  # the same parameters have gradients step after step: name them once
             if len(self._owners) >= _OWNER_SETS:
                 self._owners.clear()
-            params = self.probe.opt_params[index]
-            owners = self._owners[key] = [self.probe.owner(params[j]) for j in positions]
-        squares: dict[str, float] = dict.fromkeys(owners, 0.0)
-        for name, n in zip(owners, norms):
-            squares[name] += n * n
-        return {name: math.sqrt(v) for name, v in squares.items()}
+            params = self.probe.opt_params[key[0]]
+            owners = [self.probe.owner(params[j]) for j in key[1]]
+            names = list(dict.fromkeys(owners))
+            where = {name: k for k, name in enumerate(names)}
+            cached = self._owners[key] = (names, torch.tensor([where[o] for o in owners]))
+        return cached
 
-    def _spike(self, at: int, index: int, total: float, modules: dict[str, float]) -> None:
-        level = self._levels[index].push(total)
-        if level is None:
-            return
+    def _spike(self, at: int, index: int, total: float, level: float, modules: dict[str, float]) -> None:
         top = sorted(modules.items(), key=lambda kv: -kv[1])[:_TOP]
         layers = ", ".join(f"{name} {norm:.3g}" for name, norm in top)
         self.report(
@@ -142,8 +162,9 @@ class GradResetDetector(Detector):
     """LP403: a step whose gradients still held the previous step's values before its backward.
 
     After optimizer i steps, a few of its parameters' `.grad` tensors are remembered (weakly) with
-    their version counters. A reset shows as a new or missing tensor, a bumped version between
-    backward passes, or a zero_grad() call. A backward that starts while a gradient is untouched
+    their version counters. A reset shows as a new or missing tensor (`zero_grad()`, `p.grad = None`)
+    or a bumped version between backward passes (`zero_grad(set_to_none=False)`, `p.grad.zero_()`):
+    zero_grad() itself is not watched. A backward that starts while a gradient is untouched
     since the last step accumulates into it; if no reset comes before the optimizer steps again,
     that step used stale gradients.
     """
@@ -175,13 +196,6 @@ class GradResetDetector(Detector):
         if not first:
             self.on_step_pre(index, optimizer)
         self.on_step(index, optimizer)
-
-    def on_zero_grad(self, params: list[torch.Tensor]) -> None:
-        if not self._tracked:
-            return
-        for p in params:
-            if self._tracked.pop(id(p), None) is not None:
-                self._at_risk.pop(id(p), None)
 
     def on_backward(self, tensor: torch.Tensor) -> bool:
         if not self._tracked:
