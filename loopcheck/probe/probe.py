@@ -218,6 +218,7 @@ class Probe:
                     params.append(p)
                     self.param_names.setdefault(id(p), f"optimizer{i}.group{g}.param{j}")
             self.opt_params.append(params)
+        self._all_positions = [list(range(len(params))) for params in self.opt_params]
         self.sched_index = {id(s): i for i, s in enumerate(self.schedulers)}
 
     def param_name(self, p: torch.Tensor) -> str:
@@ -579,13 +580,12 @@ class Probe:
         cached = self._norms.get(i)
         if cached is not None and cached[0] == self._serial:
             return cached[1]
-        positions: list[int] = []
-        grads: list[torch.Tensor] = []
-        for j, p in enumerate(self.opt_params[i]):
-            g = p.grad
-            if g is not None and not g.is_sparse:
-                positions.append(j)
-                grads.append(g)
+        every = [p.grad for p in self.opt_params[i]]
+        grads = [g for g in every if g is not None and not g.is_sparse]
+        if len(grads) == len(every):  # the usual case: one list of positions serves every step
+            positions = self._all_positions[i]
+        else:
+            positions = [j for j, g in enumerate(every) if g is not None and not g.is_sparse]
         norms = fused_norms(grads) if grads else []
         result = StepNorms(norms, positions, self.readings.add(norms))
         self._norms[i] = (self._serial, result)

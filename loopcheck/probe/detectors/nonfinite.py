@@ -65,13 +65,21 @@ class _Block:
     step: int
     opt: int | None
     reads: list[slice]
-    kinds: list[int]  # kind of each forward record
-    forward: list[int]  # module index of each forward record, in completion order
+    records: list[tuple[int, int]]  # (module index, kind) of each forward record, in completion order
     loss: bool
     backward: list[int]  # module index of each output-gradient record, in backward order
     ran: list[int]  # module indices of the covered layers that ran, judged by their parameters
     state: list[tuple[int, torch.Tensor]] | None  # (module index, parameter) of each queued parameter check
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
+
+    # Split only when localising: a step keeps its records as they came.
+    @property
+    def kinds(self) -> list[int]:
+        return [kind for _, kind in self.records]
+
+    @property
+    def forward(self) -> list[int]:
+        return [index for index, _ in self.records]
 
 
 class NonFiniteDetector(Detector):
@@ -80,8 +88,7 @@ class NonFiniteDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         self._fwd: list[torch.Tensor] = []
-        self._fwd_idx: list[int] = []
-        self._fwd_kind: list[int] = []
+        self._recs: list[tuple[int, int]] = []  # (module index, kind) of each forward record
         self._ran: dict[int, None] = {}  # covered modules that ran since the last block, in order
         self._bwd: list[torch.Tensor] = []
         self._bwd_idx: list[int] = []
@@ -190,7 +197,7 @@ class NonFiniteDetector(Detector):
         ran = self._ran
         members = group.members
         ran_all = dict.fromkeys(members)
-        kinds = [_COVERED] * len(members)
+        records = [(index, _COVERED) for index in members]
         norms = group.norms
         probe = self.probe
 
@@ -200,10 +207,9 @@ class NonFiniteDetector(Detector):
             try:
                 if (self._depth > 0 and type(output) is torch.Tensor and output.dtype in _TRUSTED_DTYPES
                         and not (norms and _running_stats_in_use(norms))):
-                    if len(self._fwd_idx) + len(members) < _FOLD_AT:
+                    if len(self._recs) + len(members) < _FOLD_AT:
                         ran.update(ran_all)
-                        self._fwd_idx.extend(members)
-                        self._fwd_kind.extend(kinds)
+                        self._recs.extend(records)
                     else:  # a fold comes within the group: note the layers one by one
                         for index in members:
                             ran[index] = None
@@ -232,6 +238,10 @@ class NonFiniteDetector(Detector):
             self._replan = False
             for group in self._groups:
                 self._plan(group)
+        if len(args) == 1 and type(args[0]) is torch.Tensor:  # the usual call: one batch
+            if args[0].is_floating_point():
+                self._record_forward(args[0], self._root_index[root], _INPUT)
+            return
         for t in float_tensors(args):
             self._record_forward(t, self._root_index[root], _INPUT)
 
@@ -245,7 +255,17 @@ class NonFiniteDetector(Detector):
                 return
             try:
                 if root:
-                    self._depth = max(self._depth - 1, 0)
+                    if self._depth > 0:
+                        self._depth -= 1
+                    if type(output) is torch.Tensor and grad_hook is None and output.is_floating_point():
+                        # the usual probed model: one output, always reduced (nothing outside
+                        # a probed model returns it, so it need not be remembered)
+                        if self._repeat(output, _version(output), True) is None:
+                            self._record_forward(output, index, _OUTPUT)
+                        else:
+                            self._fwd.append(self._fwd[-1])
+                            self._note(index, _OUTPUT)
+                        return
                 trusted = covered and self._depth > 0 and not (stats and layers.uses_running_stats(module))
                 if (trusted and grad_hook is None and type(output) is torch.Tensor
                         and output.dtype in _TRUSTED_DTYPES):
@@ -288,15 +308,14 @@ class NonFiniteDetector(Detector):
 
     def _record_forward(self, t: torch.Tensor, index: int, kind: int) -> None:
         value = finite_probe_value(t)
-        if value.dtype != torch.float32:
+        if value.dtype is not torch.float32:
             value = value.float()
         self._fwd.append(value)
         self._note(index, kind)
 
     def _note(self, index: int, kind: int) -> None:
-        self._fwd_idx.append(index)
-        self._fwd_kind.append(kind)
-        if len(self._fwd_idx) >= _FOLD_AT:
+        self._recs.append((index, kind))
+        if len(self._recs) >= _FOLD_AT:
             block = self._fold(opt=None)
             if block is not None:
                 self._blocks.append(block)
@@ -339,8 +358,8 @@ class NonFiniteDetector(Detector):
                 positions = norms.positions
         block = None
         if reads:
-            block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._fwd_kind,
-                           self._fwd_idx, loss is not None, self._bwd_idx, ran, state, positions)
+            block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._recs,
+                           loss is not None, self._bwd_idx, ran, state, positions)
         self._clear()
         return block
 
@@ -350,7 +369,7 @@ class NonFiniteDetector(Detector):
 
     def _clear(self) -> None:
         self._last = _dead
-        self._fwd, self._fwd_idx, self._fwd_kind = [], [], []
+        self._fwd, self._recs = [], []
         self._ran.clear()
         self._bwd, self._bwd_idx = [], []
 
