@@ -30,7 +30,7 @@ from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.patching import MethodPatch, own, without_own_hooks
 from loopcheck.probe.sink import RunLog, print_summary
-from loopcheck.probe.stats import Readings, fused_norms
+from loopcheck.probe.stats import Readings, fused_norms, no_grad
 
 _LOCK = threading.Lock()
 _ACTIVE: "Probe | None" = None
@@ -770,7 +770,7 @@ def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:
         return None
     if len(losses) == 1:
         return losses[0]
-    with torch.no_grad():
+    with no_grad():
         return torch.stack([v.float() for v in losses]).sum()
 
 

@@ -148,7 +148,8 @@ class Readings:
 
     Detectors queue what they will judge at the next sample and keep the returned slice; at the
     sample the first `host()` call reads everything at once and the others reuse it. The probe
-    seals the queue at every optimizer step: that step's scalars become one vector and are freed.
+    seals the queue at every optimizer step: that step's scalars become one vector and are freed;
+    on the CPU, where reading is no synchronisation, the vector is read at once and kept as floats.
     Hundreds of 0-d tensors kept alive until the sample each held a small allocation among the
     activations; on CPU that made the probe's cost depend on where memory happened to lie
     (1.01x to 1.07x between single-process runs of the overhead benchmark, 1.02x to 1.04x with
@@ -159,7 +160,7 @@ class Readings:
     _LAG = 2  # steps after which every rank reads a CUDA verdict (see `tripped`)
 
     def __init__(self) -> None:
-        self._parts: list[torch.Tensor] = []
+        self._parts: list[torch.Tensor | list[float]] = []  # device vectors, or host floats (CPU)
         self._watched = 0  # parts already given to the sentinel
         self._inflight: deque[tuple[torch.Tensor, Any, int]] = deque()  # (pinned verdict, CUDA event, step)
         self._steps = 0  # sentinel calls so far
@@ -181,15 +182,16 @@ class Readings:
     def seal(self) -> None:
         """Stack the values queued so far into one vector (no host sync) and let the scalars go."""
         if self._open:
-            self._parts.append(stack_scalars(self._open))
+            vector = stack_scalars(self._open)
+            self._parts.append(vector.tolist() if vector.device.type == "cpu" else vector)
             self._open = []
 
     def tripped(self, combine: Callable[[torch.Tensor], None] | None = None,
                 device: torch.device | None = None) -> bool:
         """The per-step sentinel: whether a value sealed since the last call is NaN/Inf, without a sync.
 
-        On the CPU the new vectors are checked at once (a sum, and only when that is not finite an
-        element-wise test: a sum of large finite values can overflow). On CUDA their verdict is
+        On the CPU the new values are checked at once, as host floats (a sum, and only when that is
+        not finite an element-wise test). On CUDA their verdict is
         copied to pinned host memory behind an event and looked at once the event has passed, a
         step or two later; other devices wait for the periodic read.
 
@@ -204,8 +206,8 @@ class Readings:
         if combine is None:
             bad = False
             for part in new:
-                if part.device.type == "cpu":
-                    bad = bad or not (math.isfinite(float(part.sum())) or bool(torch.isfinite(part).all()))
+                if type(part) is list:
+                    bad = bad or not (math.isfinite(sum(part)) or all(map(math.isfinite, part)))
                 elif part.device.type == "cuda":
                     with torch.no_grad():
                         self._watch(torch.isfinite(part).all().logical_not())
@@ -213,6 +215,8 @@ class Readings:
         with torch.no_grad():
             flag = torch.zeros((), device=device)
             for part in new:
+                if type(part) is list:
+                    part = torch.tensor(part, dtype=torch.float64)
                 flag = torch.maximum(flag, torch.isfinite(part.to(flag.device)).all().logical_not().float())
             combine(flag)
             if flag.device.type != "cuda":
@@ -245,14 +249,19 @@ class Readings:
     def host(self) -> list[float]:
         """Every queued value as a Python float (NaN and Inf kept), read once per sample."""
         if self._host is None:
-            self._host = self.host_tensor().tolist()
+            self.seal()
+            if all(type(part) is list for part in self._parts):
+                self._host = [x for part in self._parts for x in part]
+            else:
+                self._host = self.host_tensor().tolist()
         return self._host
 
     def host_tensor(self) -> torch.Tensor:
         """Every queued value in one float64 CPU tensor, read once per sample."""
         if self._host_tensor is None:
             self.seal()
-            parts = self._parts
+            parts = [torch.tensor(part, dtype=torch.float64) if type(part) is list else part
+                     for part in self._parts]
             if not parts:
                 self._host_tensor = torch.zeros(0, dtype=torch.float64)
             else:
