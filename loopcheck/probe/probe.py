@@ -75,6 +75,7 @@ class Probe:
         self.on_finding = on_finding
         self.config = ProbeConfig.from_options(options)
         self.discover = bool(discover)
+        self.readings = Readings()
         self._set_objects(
             _as_list(model, "model", nn.Module),
             [inner_optimizer(o) for o in _as_list(optimizer, "optimizer", Optimizer)],
@@ -91,7 +92,6 @@ class Probe:
         self.loss_read: dict[int, slice | None] = {}  # where each step_loss sits in `readings`
         # Each optimizer step since the last sample: what the sample-time detectors judge.
         self.steps: list[StepRecord] = []
-        self.readings = Readings()
         self.hooks = contextlib.ExitStack()
         self._detector_hooks = contextlib.ExitStack()
         self.rank, self.world_size = distributed.rank_and_size()
@@ -208,6 +208,7 @@ class Probe:
                     if id(p) not in self.param_names:
                         self.param_names[id(p)] = ".".join(x for x in (prefix, name, pname) if x)
                         self.param_module[id(p)] = qual
+        self.readings.on_cpu = not self.off_cpu
         self.root_index = {id(m): i for i, m in enumerate(self.models)}
         self.opt_index = {id(o): i for i, o in enumerate(self.optimizers)}
         self.opt_params: list[list[torch.Tensor]] = []
@@ -771,7 +772,10 @@ def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:
     if len(losses) == 1:
         return losses[0]
     with no_grad():
-        return torch.stack([v.float() for v in losses]).sum()
+        total = losses[0].float()
+        for v in losses[1:]:
+            total = total + v
+        return total
 
 
 def _roots(tensors: Any) -> list[torch.Tensor]:

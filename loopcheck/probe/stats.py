@@ -160,6 +160,9 @@ class Readings:
     _LAG = 2  # steps after which every rank reads a CUDA verdict (see `tripped`)
 
     def __init__(self) -> None:
+        # Whether every value is on the CPU (the probe's watched parameters are): reading one
+        # by one is then cheaper than a stack, and no synchronisation.
+        self.on_cpu = False
         self._parts: list[torch.Tensor | list[float]] = []  # device vectors, or host floats (CPU)
         self._watched = 0  # parts already given to the sentinel
         self._inflight: deque[tuple[torch.Tensor, Any, int]] = deque()  # (pinned verdict, CUDA event, step)
@@ -182,8 +185,11 @@ class Readings:
     def seal(self) -> None:
         """Stack the values queued so far into one vector (no host sync) and let the scalars go."""
         if self._open:
-            vector = stack_scalars(self._open)
-            self._parts.append(vector.tolist() if vector.device.type == "cpu" else vector)
+            if self.on_cpu:
+                self._parts.append([v.item() for v in self._open])
+            else:
+                vector = stack_scalars(self._open)
+                self._parts.append(vector.tolist() if vector.device.type == "cpu" else vector)
             self._open = []
 
     def tripped(self, combine: Callable[[torch.Tensor], None] | None = None,
