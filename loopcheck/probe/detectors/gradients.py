@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import RobustLevel, fused_norms
+from loopcheck.probe.stats import RobustLevel, fused_norms, no_grad
 
 _TOP = 3  # layers named in a spike / vanishing finding
 _TRACKED = 2  # parameters per optimizer whose .grad resets are followed (LP403)
@@ -26,6 +26,7 @@ _OWNER_SETS = 64  # distinct sets of parameters with gradients whose owners are 
 # growth of a matrix's norm by one of the first samples that is a blow-up, and the rms under which a matrix starts near zero.
 _RATIO_TENSORS = 16
 _RATIO_VALUES = 4 * 1024 * 1024
+_RATIO_ROWS_VALUES = 32 * 1024  # values measured per matrix: a larger one is measured on every k-th row
 _RATIO_HIGH = 0.1
 _RATIO_SAMPLES = 2
 _GROWTH = 4.0  # one matrix's norm this many times its start ...
@@ -300,7 +301,9 @@ class UpdateRatioDetector(Detector):
     """LP106: optimizer updates far larger than the weights they change.
 
     Each optimizer's weight matrices (at most `_RATIO_TENSORS` tensors and `_RATIO_VALUES` values,
-    chosen at its first step) are measured at the sample cadence only, with no sync of their own:
+    chosen at its first step) are measured at the sample cadence only, with no sync of their own;
+    a matrix of more than `_RATIO_ROWS_VALUES` values on evenly spaced rows only (ratios of norms
+    hardly change on a sample of rows, and the copy before the step stays small):
 
     - *per step*: on the step before each sample they are copied before the optimizer step; after
       it the norms of the change and of the weights are queued. A healthy run moves each matrix by
@@ -324,6 +327,7 @@ class UpdateRatioDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         self._params: dict[int, list[torch.Tensor]] = {}  # the matrices measured, per optimizer
+        self._rows: dict[int, list[torch.Tensor]] = {}  # ... the rows of them measured (views)
         self._start: dict[int, slice | list[float]] = {}  # their norms before the first step (queued, then read)
         self._grown: set[int] = set()
         self._before: dict[int, list[torch.Tensor]] = {}
@@ -336,10 +340,10 @@ class UpdateRatioDetector(Detector):
             return
         if (self.probe._applied[index] + 1) % self.config.every:
             return
-        params = self._params[index]
-        if params:
-            with torch.no_grad():
-                self._before[index] = [p.detach().clone() for p in params]
+        rows = self._rows[index]
+        if rows:
+            with no_grad():
+                self._before[index] = [r.clone() for r in rows]
 
     def _choose(self, index: int, optimizer: Any) -> None:
         """At the optimizer's first step: the matrices to measure, and their norms before it."""
@@ -354,8 +358,9 @@ class UpdateRatioDetector(Detector):
                 if len(params) == _RATIO_TENSORS:
                     break
         self._params[index] = params
-        if params:
-            self._start[index] = self.probe.readings.add(fused_norms(params))
+        self._rows[index] = rows = [_rows(p) for p in params]
+        if rows:
+            self._start[index] = self.probe.readings.add(fused_norms(rows))
 
     def on_step_skipped(self, index: int, optimizer: Any) -> None:
         self._before.pop(index, None)
@@ -364,10 +369,10 @@ class UpdateRatioDetector(Detector):
         before = self._before.pop(index, None)
         if before is None:
             return
-        params = self._params[index]
-        with torch.no_grad():
-            torch._foreach_sub_(before, params)
-            values = fused_norms(before) + fused_norms(params)
+        rows = self._rows[index]
+        with no_grad():
+            torch._foreach_sub_(before, rows)
+            values = fused_norms(before) + fused_norms(rows)
         self._pending.append((self.probe._applied[index], index, self.probe.readings.add(values)))
 
     def on_sample(self, step: int, final: bool) -> None:
@@ -405,7 +410,7 @@ class UpdateRatioDetector(Detector):
         if index in self._grown or at > _EARLY * self.config.every or not isinstance(start, list):
             return
         params = self._params[index]
-        grown = sorted(((w / w0, j) for j, (p, w0, w) in enumerate(zip(params, start, weights))
+        grown = sorted(((w / w0, j) for j, (p, w0, w) in enumerate(zip(self._rows[index], start, weights))
                         if w0 > _SMALL_RMS * math.sqrt(p.numel())), reverse=True)
         if len(grown) < 2 or grown[0][0] < _GROWTH or grown[1][0] < _ALSO:
             return
@@ -432,3 +437,10 @@ class UpdateRatioDetector(Detector):
     def _lrs(self, index: int) -> str:
         return ", ".join(f"{g['lr']:.3g}" for g in self.probe.optimizers[index].param_groups
                          if isinstance(g.get("lr"), (int, float)))
+
+
+def _rows(p: torch.Tensor) -> torch.Tensor:
+    """The rows of matrix `p` that LP106 measures: all of them, or every k-th of a large one (a view)."""
+    rows = p.detach()
+    step = -(-p.numel() // _RATIO_ROWS_VALUES)
+    return rows[::step] if step > 1 else rows
