@@ -256,10 +256,13 @@ class UnusedParamsDetector(Detector):
         if waiting:
             for key in [k for k, p in waiting.items() if p.grad is not None]:
                 del waiting[key]
+            if not any(self._waiting):  # every parameter had a gradient: nothing left to watch
+                self.probe.listen(self, "on_step_pre", False)
 
     def on_step(self, index: int, optimizer: Any) -> None:
-        if index == 0 and self.probe.step == self.config.unused_after:
+        if index == 0 and self.probe.step >= self.config.unused_after:
             self._check()
+            self.probe.listen(self, "on_step", False)
 
     def on_close(self) -> None:
         if self.probe.step >= min(5, self.config.unused_after):

@@ -112,8 +112,10 @@ class NonFiniteDetector(Detector):
         # pass, so they are checked only when localising. On an accelerator the values are read
         # later, after updates, so each step queues its parameter check (one fused kernel).
         self._eager_state = probe.off_cpu
-        if not self.config.localize:
-            self.idle = frozenset(("on_forward_pre",))
+        idle = set() if self.config.localize else {"on_forward_pre"}
+        if probe.scaler is None:
+            idle.add("on_step")  # it counts the GradScaler's skips (a scaler found later makes a new detector)
+        self.idle = frozenset(idle)
 
     def attach(self) -> None:
         if not self.config.localize:
