@@ -46,65 +46,48 @@ class GradNormDetector(Detector):
         self._low_total: dict[int, int] = defaultdict(int)
         self._low_module: dict[tuple[int, str], int] = defaultdict(int)
         self._totals: list[float] = []
-        self._owners: dict[tuple[int, tuple[int, ...]], tuple[list[str], torch.Tensor]] = {}
+        self._owners: dict[tuple[int, tuple[int, ...]], list[str]] = {}
 
     def on_sample(self, step: int, final: bool) -> None:
-        """Judge the steps since the last sample, one matrix (steps x parameters) per optimizer and
-        set of parameters with gradients: the Python work per step is the spike test of its total."""
+        """Judge the steps since the last sample; per step the total norm (one C call) feeds the
+        spike test, and the norms by module are only added up when something is near zero."""
         self._totals = []
-        runs: dict[tuple[int, tuple[int, ...]], list[tuple[int, slice]]] = {}
-        for record in self.probe.steps:
-            norms = record.norms
-            if norms is not None and norms.values:
-                runs.setdefault((record.opt, tuple(norms.positions)), []).append((record.step, norms.read))
-        if not runs:
+        records = [r for r in self.probe.steps if r.norms is not None and r.norms.values]
+        if not records:
             return
-        host = self.probe.readings.host_tensor()
-        judged = []
-        for key, run in runs.items():
-            names, owner = self._owner_index(key)
-            starts = torch.tensor([read.start for _, read in run])
-            values = host[starts[:, None] + torch.arange(len(key[1]))]
-            # the non-finite detector owns steps with NaN/Inf norms
-            finite = torch.isfinite(values).all(1).tolist()
-            squares = torch.zeros(len(run), len(names), dtype=values.dtype).index_add_(1, owner, values * values)
-            modules = squares.sqrt()
-            totals = squares.sum(1).sqrt()
-            c = self.config
-            quiet = not bool(((totals < c.vanish_norm) | (modules < c.vanish_ratio * totals[:, None]).any(1)).any())
-            judged.extend(zip([at for at, _ in run], [key[0]] * len(run), finite, totals.tolist(),
-                              [(modules, names, k, quiet) for k in range(len(run))]))
-        if len(runs) > 1:
-            judged.sort(key=lambda item: item[0])  # in step order, the optimizers interleaved as they ran
-        for at, index, finite, total, (modules, names, k, quiet) in judged:
-            if not finite:
-                continue
+        host = self.probe.readings.host()
+        c = self.config
+        for at, index, _, norms in records:
+            values = host[norms.read]
+            total = math.hypot(*values)
+            if not math.isfinite(total):
+                continue  # the non-finite detector owns these steps
             if index == 0:
                 self._totals.append(total)
             level = self._levels[index].push(total)
-            if level is not None or not quiet:
-                by_module = dict(zip(names, modules[k].tolist()))
+            if level is not None or total < c.vanish_norm or min(values) < c.vanish_ratio * total:
+                modules = self._by_module(index, norms.positions, values)
                 if level is not None:
-                    self._spike(at, index, total, level, by_module)
-                self._vanishing(at, index, total, by_module)
-            else:  # nothing near zero in this run of steps: the counters restart
+                    self._spike(at, index, total, level, modules)
+                self._vanishing(at, index, total, modules)
+            else:  # every parameter, so every module, is far from zero: the counters restart
                 self._low_total[index] = 0
                 if self._low_module:
                     for key in [key for key in self._low_module if key[0] == index]:
                         del self._low_module[key]
 
-    def _owner_index(self, key: tuple[int, tuple[int, ...]]) -> tuple[list[str], torch.Tensor]:
-        """The modules owning these parameters, and each parameter's position among them."""
-        cached = self._owners.get(key)
-        if cached is None:  # the same parameters have gradients step after step: name them once
+    def _by_module(self, index: int, positions: list[int], norms: list[float]) -> dict[str, float]:
+        key = (index, tuple(positions))
+        owners = self._owners.get(key)
+        if owners is None:  # the same parameters have gradients step after step: name them once
             if len(self._owners) >= _OWNER_SETS:
                 self._owners.clear()
-            params = self.probe.opt_params[key[0]]
-            owners = [self.probe.owner(params[j]) for j in key[1]]
-            names = list(dict.fromkeys(owners))
-            where = {name: k for k, name in enumerate(names)}
-            cached = self._owners[key] = (names, torch.tensor([where[o] for o in owners]))
-        return cached
+            params = self.probe.opt_params[index]
+            owners = self._owners[key] = [self.probe.owner(params[j]) for j in positions]
+        squares: dict[str, float] = dict.fromkeys(owners, 0.0)
+        for name, n in zip(owners, norms):
+            squares[name] += n * n
+        return {name: math.sqrt(v) for name, v in squares.items()}
 
     def _spike(self, at: int, index: int, total: float, level: float, modules: dict[str, float]) -> None:
         top = sorted(modules.items(), key=lambda kv: -kv[1])[:_TOP]
