@@ -170,14 +170,13 @@ class Readings:
         self._open: list[torch.Tensor] = []
         self._size = 0
         self._host: list[float] | None = None
-        self._host_tensor: torch.Tensor | None = None
         self._finite: bool | None = None
 
     def add(self, values: Sequence[torch.Tensor]) -> slice:
         start = self._size
         self._open.extend(values)
         self._size += len(values)
-        self._host = self._host_tensor = self._finite = None
+        self._host = self._finite = None
         if len(self._open) >= self._COMPACT:
             self.seal()
         return slice(start, self._size)
@@ -188,8 +187,7 @@ class Readings:
             if self.on_cpu:
                 self._parts.append([v.item() for v in self._open])
             else:
-                vector = stack_scalars(self._open)
-                self._parts.append(vector.tolist() if vector.device.type == "cpu" else vector)
+                self._parts.append(stack_scalars(self._open))
             self._open = []
 
     def tripped(self, combine: Callable[[torch.Tensor], None] | None = None,
@@ -214,6 +212,8 @@ class Readings:
             for part in new:
                 if type(part) is list:
                     bad = bad or not (math.isfinite(sum(part)) or all(map(math.isfinite, part)))
+                elif part.device.type == "cpu":
+                    bad = bad or not (math.isfinite(float(part.sum())) or bool(torch.isfinite(part).all()))
                 elif part.device.type == "cuda":
                     with torch.no_grad():
                         self._watch(torch.isfinite(part).all().logical_not())
@@ -256,24 +256,15 @@ class Readings:
         """Every queued value as a Python float (NaN and Inf kept), read once per sample."""
         if self._host is None:
             self.seal()
-            if all(type(part) is list for part in self._parts):
-                self._host = [x for part in self._parts for x in part]
+            parts = self._parts
+            if all(type(part) is list for part in parts):  # read at each step already (CPU)
+                self._host = [x for part in parts for x in part]
             else:
-                self._host = self.host_tensor().tolist()
+                tensors = [torch.tensor(part, dtype=torch.float64) if type(part) is list else part
+                           for part in parts]
+                flat = tensors[0] if len(tensors) == 1 else _cat(tensors)
+                self._host = host_read(flat).double().tolist()
         return self._host
-
-    def host_tensor(self) -> torch.Tensor:
-        """Every queued value in one float64 CPU tensor, read once per sample."""
-        if self._host_tensor is None:
-            self.seal()
-            parts = [torch.tensor(part, dtype=torch.float64) if type(part) is list else part
-                     for part in self._parts]
-            if not parts:
-                self._host_tensor = torch.zeros(0, dtype=torch.float64)
-            else:
-                flat = parts[0] if len(parts) == 1 else _cat(parts)
-                self._host_tensor = host_read(flat).double()
-        return self._host_tensor
 
     def all_finite(self) -> bool:
         """Whether every queued value is finite: one pass over the host values, cached per sample."""
@@ -285,7 +276,6 @@ class Readings:
 
     def clear(self) -> None:
         self._parts, self._open, self._size, self._host, self._finite = [], [], 0, None, None
-        self._host_tensor = None
         self._watched = 0
         self._inflight.clear()
 

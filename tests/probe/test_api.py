@@ -265,10 +265,11 @@ def test_no_host_read_per_step(monkeypatch, on_cpu):
         monkeypatch.setattr(torch.Tensor, "item", real_item)
     if on_cpu:
         assert item_calls and set(item_calls) == {"cpu"}
+        assert reads == []  # nothing waits for a read at the samples
     else:
         assert item_calls == []
-    # one read per sample (2 in the loop, nothing left at exit), shared by every detector
-    assert len(reads) == 2
+        # one read per sample (2 in the loop, nothing left at exit), shared by every detector
+        assert len(reads) == 2
 
 
 def test_device_values_wait_for_the_sample_as_one_vector_per_step():
