@@ -112,7 +112,8 @@ class NonFiniteDetector(Detector):
         # pass, so they are checked only when localising. On an accelerator the values are read
         # later, after updates, so each step queues its parameter check (one fused kernel).
         self._eager_state = probe.off_cpu
-        idle = set() if self.config.localize else {"on_forward_pre"}
+        self._root_hooks: dict[int, Callable[..., None]] = {}
+        idle = set() if self.config.localize else {"on_forward_pre", "on_forward"}
         if probe.scaler is None:
             idle.add("on_step")  # it counts the GradScaler's skips (a scaler found later makes a new detector)
         self.idle = frozenset(idle)
@@ -128,7 +129,10 @@ class NonFiniteDetector(Detector):
             root = id(module) in roots
             if not root and (index in grouped or layers.is_safe(module) or layers.is_pass_through(module)):
                 continue
-            covered = not root and layers.is_covered(module)
+            if root:  # the probe's own hook on a probed model calls it (`on_forward`): one hook less per forward
+                self._root_hooks[probe.root_index[id(module)]] = self._forward_hook(index, module, True, False)
+                continue
+            covered = layers.is_covered(module)
             hooks.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, root, covered))))
         if self._groups:
             hooks.callback(self._unhook_groups)
@@ -246,6 +250,9 @@ class NonFiniteDetector(Detector):
             return
         for t in float_tensors(args):
             self._record_forward(t, self._root_index[root], _INPUT)
+
+    def on_forward(self, root: int, module: nn.Module, output: Any) -> None:
+        self._root_hooks[root](module, (), output)
 
     def _forward_hook(self, index: int, module: nn.Module, root: bool, covered: bool) -> Callable[..., None]:
         grad_hook = self._grad_hook(index) if self.config.backward_hooks else None
