@@ -32,6 +32,8 @@ _RATIO_SAMPLES = 2
 _GROWTH = 4.0  # one matrix's norm this many times its start ...
 _ALSO = 2.0  # ... and another's this many: the whole model, not one small new layer
 _EARLY = 3
+_FIRST_STEPS = 3  # the first steps of each optimizer, all measured: ...
+_FIRST_HIGH = 0.2  # ... each moving some matrix by this share of its norm is a learning rate far too high
 _SMALL_RMS = 1e-3
 
 
@@ -295,6 +297,10 @@ class UpdateRatioDetector(Detector):
       it the norms of the change and of the weights are queued. A healthy run moves each matrix by
       about a thousandth of its norm per step, an Adam warm start by a few hundredths; a tenth or
       more for some matrix at two samples in a row is a learning rate far too high;
+    - *first steps*: the first `_FIRST_STEPS` steps of each optimizer are measured too; each of
+      them moving some matrix by a fifth or more of its norm (an Adam step of about lr per value,
+      against weights of rms 0.02 to 0.1) is a learning rate far too high from the start, even
+      when the steps shrink afterwards (a GAN's two optimizers settle at a few hundredths);
     - *blow-up*: their norms before the first step are queued once; when by one of the first
       `_EARLY` samples one matrix's norm has grown `_GROWTH` times and another's `_ALSO` times,
       the model was blown up by huge steps from the start (a 100x learning rate), even when the
@@ -319,12 +325,13 @@ class UpdateRatioDetector(Detector):
         self._before: dict[int, list[torch.Tensor]] = {}
         self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._high: dict[int, int] = defaultdict(int)
+        self._first: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (ratio, matrix) of the first steps
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
         if index not in self._params:
             self._choose(index, optimizer)
-            return
-        if (self.probe._applied[index] + 1) % self.config.every:
+        applied = self.probe._applied[index]
+        if applied >= _FIRST_STEPS and (applied + 1) % self.config.every:
             return
         rows = self._rows[index]
         if rows:
@@ -375,6 +382,9 @@ class UpdateRatioDetector(Detector):
                 continue  # the non-finite detector's
             n = len(values) // 2
             change, weights = values[:n], values[n:]
+            if at <= _FIRST_STEPS:
+                self._first_steps(at, index, change, weights)
+                continue
             self._blown_up(at, index, weights)
             ratio, j = max((c / w if w > 0 else 0.0, j) for j, (c, w) in enumerate(zip(change, weights)))
             if ratio < _RATIO_HIGH:
@@ -390,6 +400,27 @@ class UpdateRatioDetector(Detector):
                     f"0.001): the learning rate ({self._lrs(index)}) is far too high for this model",
                     where=self._where(index), step=at, ratio=ratio, parameter=name,
                 )
+
+    def _first_steps(self, at: int, index: int, change: list[float], weights: list[float]) -> None:
+        start = self._start.get(index)
+        if not isinstance(start, list):
+            return
+        rows = self._rows[index]
+        first = self._first[index]
+        first.append(max(((c / w, j) for j, (r, c, w, w0) in enumerate(zip(rows, change, weights, start))
+                          if w > 0 and w0 > _SMALL_RMS * math.sqrt(r.numel())), default=(0.0, -1)))
+        if len(first) != _FIRST_STEPS or min(ratio for ratio, _ in first) < _FIRST_HIGH:
+            return
+        ratio, j = max(first)
+        name = self.probe.param_name(self._params[index][j])
+        self.report(
+            "LP106",
+            f"each of the first {_FIRST_STEPS} optimizer steps changed a weight matrix by a fifth or more of its "
+            f"norm ({', '.join(f'{r:.2g}' for r, _ in first)}; {name} by {ratio:.2g}), where a healthy step "
+            f"changes it by about 0.001 and an Adam warm start by a few hundredths: the learning rate "
+            f"({self._lrs(index)}) is far too high for this model",
+            where=self._where(index), step=at, ratio=ratio, parameter=name,
+        )
 
     def _blown_up(self, at: int, index: int, weights: list[float]) -> None:
         start = self._start.get(index)
