@@ -36,8 +36,11 @@ _FOLD_AT = 4096  # forward records kept before they are folded into a block (lon
 
 # Kinds of forward records. OUTPUT and INPUT carry a reduced value; COVERED records that a dense
 # layer ran (judged by its parameters); PASSED that a module returned such a layer's output unchanged.
-_OUTPUT, _INPUT, _COVERED, _PASSED = 0, 1, 2, 3
+_OUTPUT, _INPUT, _COVERED, _PASSED, _INPUT_HELD = 0, 1, 2, 3, 4
 _REDUCED = (_OUTPUT, _INPUT)
+# _INPUT_HELD (CPU, training forwards): a probed model's input batch, not reduced but held weakly
+# with its version and checked only when localising, in the same step: the loop still holds its
+# batch then.
 # float16 overflows easily: a dense layer's float16 output is reduced, not trusted
 _TRUSTED_DTYPES = frozenset((torch.float32, torch.float64, torch.bfloat16))
 
@@ -71,6 +74,7 @@ class _Block:
     ran: list[int]  # module indices of the covered layers that ran, judged by their parameters
     state: list[tuple[int, torch.Tensor]] | None  # (module index, parameter) of each queued parameter check
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
+    held: list[tuple[Any, int]] = field(default_factory=list)  # (weak reference, version) of each held input
 
     # Split only when localising: a step keeps its records as they came.
     @property
@@ -89,6 +93,7 @@ class NonFiniteDetector(Detector):
         super().__init__(probe)
         self._fwd: list[torch.Tensor] = []
         self._recs: list[tuple[int, int]] = []  # (module index, kind) of each forward record
+        self._held: list[tuple[Any, int]] = []
         self._ran: dict[int, None] = {}  # covered modules that ran since the last block, in order
         self._bwd: list[torch.Tensor] = []
         self._bwd_idx: list[int] = []
@@ -246,10 +251,19 @@ class NonFiniteDetector(Detector):
                 self._plan(group)
         if len(args) == 1 and type(args[0]) is torch.Tensor:  # the usual call: one batch
             if args[0].is_floating_point():
-                self._record_forward(args[0], self._root_index[root], _INPUT)
+                self._record_input(args[0], self._root_index[root])
             return
         for t in float_tensors(args):
-            self._record_forward(t, self._root_index[root], _INPUT)
+            self._record_input(t, self._root_index[root])
+
+    def _record_input(self, t: torch.Tensor, index: int) -> None:
+        # Held only in a training forward on the CPU, judged at its optimizer step; the verdict of
+        # an evaluation pass, or on an accelerator, comes later: reduce it now.
+        if self._eager_state or not torch.is_grad_enabled() or t.is_inference():
+            self._record_forward(t, index, _INPUT)
+        else:
+            self._held.append((weakref.ref(t), t._version))
+            self._note(index, _INPUT_HELD)
 
     def on_forward(self, root: int, module: nn.Module, output: Any) -> None:
         self._root_hooks[root](module, (), output)
@@ -368,7 +382,7 @@ class NonFiniteDetector(Detector):
         block = None
         if reads:
             block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._recs,
-                           loss is not None, self._bwd_idx, ran, state, positions)
+                           loss is not None, self._bwd_idx, ran, state, positions, self._held)
         self._clear()
         return block
 
@@ -378,7 +392,7 @@ class NonFiniteDetector(Detector):
 
     def _clear(self) -> None:
         self._last = _dead
-        self._fwd, self._recs = [], []
+        self._fwd, self._recs, self._held = [], [], []
         self._ran.clear()
         self._bwd, self._bwd_idx = [], []
 
@@ -523,10 +537,18 @@ class NonFiniteDetector(Detector):
         covered layer shows one when it ran with non-finite parameters. Returns (module index,
         kind, the covered layers that ran since the last reduced record).
         """
-        k = 0
+        k = h = 0
         unchecked: list[int] = []
         for index, kind in zip(block.forward, block.kinds):
-            if kind in _REDUCED:
+            if kind == _INPUT_HELD:
+                ref, version = block.held[h]
+                h += 1
+                t = ref()
+                # gone or changed since (the loop let it go, or wrote into it): not judged
+                if t is not None and t._version == version and not _finite_now(t):
+                    return index, _INPUT, unchecked
+                unchecked = []
+            elif kind in _REDUCED:
                 ok = fwd[k]
                 k += 1
                 if not ok:
@@ -581,7 +603,7 @@ class NonFiniteDetector(Detector):
         target = self._module_by_name.get(owner, -1)
         segments: list[list[int]] = [[]]
         for kind, index in zip(block.kinds, block.forward):
-            if kind == _INPUT:
+            if kind in (_INPUT, _INPUT_HELD):
                 segments.append([])
             else:
                 segments[-1].append(index)
@@ -632,6 +654,11 @@ def _running_stats_in_use(norms: list[nn.Module]) -> bool:
         if not m.training and layers.uses_running_stats(m):
             return True
     return False
+
+
+def _finite_now(t: torch.Tensor) -> bool:
+    """Whether every value of `t` is finite, read now (only when localising)."""
+    return bool(torch.isfinite(t).all())
 
 
 def _flags_now(state: list[tuple[int, torch.Tensor]]) -> list[bool]:
