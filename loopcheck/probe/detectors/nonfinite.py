@@ -1,7 +1,9 @@
 """LP103 / LP104 / LP105: NaN and Inf in forward outputs, gradients and the loss.
 
-The cheap path, every step and without a host sync: the input batch and the output of each
-module that needs it are reduced to one number whose finiteness is that of the whole tensor;
+The cheap path, every step and without a host sync: the output of each module that needs it is
+reduced to one number whose finiteness is that of the whole tensor, and so is the input batch on
+an accelerator (on the CPU, where the verdict comes at the same step's optimizer step, a training
+batch is only held weakly and checked when localising);
 torch's dense layers and normalisations are not reduced but judged by their parameters (see
 `loopcheck.probe.layers`); with `backward_hooks`, a tensor hook on each output does the same for
 its gradient. At the optimizer step these numbers join the probe's queue of device values
