@@ -103,7 +103,8 @@ class Discovery:
             self._fresh.append(module)
 
     def _on_optimizer_step(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
-        if self._on():
+        # Every step passes here: a watched optimizer with every model found costs one look-up.
+        if (id(optimizer) not in self.probe.opt_index or self._module_hook is not None) and self._on():
             self._contained(self._step_starts, optimizer)
         return None
 
@@ -122,7 +123,8 @@ class Discovery:
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if not discovery._on():
                 return original(tensor, *args, **kwargs)
-            discovery._contained(discovery._backward_starts)
+            if discovery._fresh or not discovery.probe.optimizers:  # what `_backward_starts` acts on
+                discovery._contained(discovery._backward_starts)
             result = original(tensor, *args, **kwargs)
             stand_in, probe = discovery.stand_in, discovery.probe
             if stand_in is not None and probe.live and id(stand_in) in probe.opt_index:

@@ -30,7 +30,7 @@ from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.patching import MethodPatch, own, without_own_hooks
 from loopcheck.probe.sink import RunLog, print_summary
-from loopcheck.probe.stats import Readings, fused_norms
+from loopcheck.probe.stats import Readings, fused_norms, no_grad
 
 _LOCK = threading.Lock()
 _ACTIVE: "Probe | None" = None
@@ -75,6 +75,7 @@ class Probe:
         self.on_finding = on_finding
         self.config = ProbeConfig.from_options(options)
         self.discover = bool(discover)
+        self.readings = Readings()
         self._set_objects(
             _as_list(model, "model", nn.Module),
             [inner_optimizer(o) for o in _as_list(optimizer, "optimizer", Optimizer)],
@@ -89,7 +90,8 @@ class Probe:
         self.skipped = 0  # steps the GradScaler skipped (first optimizer)
         self.step_loss: dict[int, torch.Tensor | None] = {}
         self.loss_read: dict[int, slice | None] = {}  # where each step_loss sits in `readings`
-        self.readings = Readings()
+        # Each optimizer step since the last sample: what the sample-time detectors judge.
+        self.steps: list[StepRecord] = []
         self.hooks = contextlib.ExitStack()
         self._detector_hooks = contextlib.ExitStack()
         self.rank, self.world_size = distributed.rank_and_size()
@@ -159,6 +161,7 @@ class Probe:
         self._norms.clear()
         self.step_loss.clear()
         self.loss_read.clear()
+        self.steps.clear()
         self.readings.clear()
         for det in self.detectors:
             det.enabled = False
@@ -205,6 +208,7 @@ class Probe:
                     if id(p) not in self.param_names:
                         self.param_names[id(p)] = ".".join(x for x in (prefix, name, pname) if x)
                         self.param_module[id(p)] = qual
+        self.readings.on_cpu = not self.off_cpu
         self.root_index = {id(m): i for i, m in enumerate(self.models)}
         self.opt_index = {id(o): i for i, o in enumerate(self.optimizers)}
         self.opt_params: list[list[torch.Tensor]] = []
@@ -215,6 +219,7 @@ class Probe:
                     params.append(p)
                     self.param_names.setdefault(id(p), f"optimizer{i}.group{g}.param{j}")
             self.opt_params.append(params)
+        self._all_positions = [list(range(len(params))) for params in self.opt_params]
         self.sched_index = {id(s): i for i, s in enumerate(self.schedulers)}
 
     def param_name(self, p: torch.Tensor) -> str:
@@ -287,7 +292,8 @@ class Probe:
     def _install(self) -> None:
         self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(nn.Module, "train", self._wrap_train)
-        self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
+        if self._calls["on_zero_grad"]:  # no default detector needs it: a reset shows in `.grad` itself
+            self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
         self._patch(nn.Module, "__getstate__", _wrap_getstate)
         self._install_objects()
 
@@ -310,7 +316,8 @@ class Probe:
             done.add(id(opt))
             hooks.enter_context(opt.register_step_pre_hook(self._step_pre_hook(opt)))
             hooks.enter_context(opt.register_step_post_hook(self._step_post_hook(opt)))
-        patches = [(type(o), "zero_grad", self._wrap_opt_zero_grad) for o in self.optimizers]
+        patches = [(type(o), "zero_grad", self._wrap_opt_zero_grad) for o in self.optimizers
+                   if self._calls["on_zero_grad"]]
         patches += [(type(s), "step", self._wrap_sched_step) for s in self.schedulers]
         if self.scaler is not None:
             patches += [(type(self.scaler), "step", self._wrap_scaler_step),
@@ -384,11 +391,28 @@ class Probe:
         return evaluate
 
     def _step_checks(self, i: int, optimizer: Optimizer) -> None:
-        """Optimizer `i`'s gradients are final: take the step's loss, run the step checks, seal."""
-        self._serial += 1
-        self._take_losses(i)
-        self._dispatch("on_step_pre", i, optimizer)
-        self.readings.seal()
+        """Optimizer `i`'s gradients are final: take the step's loss, run the step checks, seal.
+
+        The per-step path: one fused gradient norm call, one stack of the step's device values and
+        the sentinel; what the detectors judge from the step's loss and norms waits in `steps`
+        for the next sample. Grad mode is off meanwhile (nothing here is differentiated).
+        """
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
+            self._serial += 1
+            self._take_losses(i)
+            norms = self.grad_norms(i) if self._norms_wanted else None
+            self.steps.append(StepRecord(self.step + 1, i, self.loss_read[i], norms))
+            self._dispatch("on_step_pre", i, optimizer)
+            self.readings.seal()
+            self._sentinel()
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
+
+    def _sentinel(self) -> None:
         together = self.world_size > 1 and self.on_finding == "raise"
         tripped = (self.readings.tripped(distributed.all_ranks_max, self._main_device()) if together
                    else self.readings.tripped())
@@ -557,13 +581,12 @@ class Probe:
         cached = self._norms.get(i)
         if cached is not None and cached[0] == self._serial:
             return cached[1]
-        positions: list[int] = []
-        grads: list[torch.Tensor] = []
-        for j, p in enumerate(self.opt_params[i]):
-            g = p.grad
-            if g is not None and not g.is_sparse:
-                positions.append(j)
-                grads.append(g)
+        every = [p.grad for p in self.opt_params[i]]
+        grads = [g for g in every if g is not None and not g.is_sparse]
+        if len(grads) == len(every):  # the usual case: one list of positions serves every step
+            positions = self._all_positions[i]
+        else:
+            positions = [j for j, g in enumerate(every) if g is not None and not g.is_sparse]
         norms = fused_norms(grads) if grads else []
         result = StepNorms(norms, positions, self.readings.add(norms))
         self._norms[i] = (self._serial, result)
@@ -617,6 +640,14 @@ class Probe:
                     calls[name].append((det, getattr(det, name)))
         # A new mapping, not an update: a dispatch running now keeps the tuple it started with.
         self._calls = {name: tuple(pairs) for name, pairs in calls.items()}
+        self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
+
+    def listen(self, det: Detector, hook: str, on: bool) -> None:
+        """Start or stop calling `det`'s `hook` (a detector that needs a hook point only for a while)."""
+        idle = det.idle | {hook} if not on else det.idle - {hook}
+        if idle != det.idle:
+            det.idle = frozenset(idle)
+            self._rebuild_calls()
 
     def _dispatch(self, event: str, *args: Any) -> None:
         for det, fn in self._calls[event]:
@@ -668,6 +699,7 @@ class Probe:
         # Not in a `finally`: after a ProbeError the detectors that did not get to read keep
         # their slices, which stay valid until the queue is cleared at a later sample.
         self.readings.clear()
+        self.steps = []
         if not fresh or judge_only:
             return
         metrics: dict[str, Any] = {"step": self.step, "skipped": self.skipped}
@@ -717,6 +749,15 @@ def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
     return __getstate__
 
 
+class StepRecord(NamedTuple):
+    """One optimizer step since the last sample (see `Probe.steps`)."""
+
+    step: int  # the step number findings give (steps of the first optimizer, this one included)
+    opt: int  # the optimizer's index
+    loss: slice | None  # where the step's loss sits in `Probe.readings`
+    norms: "StepNorms | None"  # its gradient norms (when a detector wants them)
+
+
 class StepNorms(NamedTuple):
     """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`)."""
 
@@ -730,8 +771,11 @@ def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:
         return None
     if len(losses) == 1:
         return losses[0]
-    with torch.no_grad():
-        return torch.stack([v.float() for v in losses]).sum()
+    with no_grad():
+        total = losses[0].float()
+        for v in losses[1:]:
+            total = total + v
+        return total
 
 
 def _roots(tensors: Any) -> list[torch.Tensor]:

@@ -4,6 +4,7 @@ the queue of device values and the deliberate host reads."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
@@ -11,7 +12,6 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 _HALF = (torch.float16, torch.bfloat16)
-_FLOAT32_OK = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class RobustLevel:
@@ -99,15 +99,25 @@ def fused_norms(tensors: Sequence[torch.Tensor], dtype: torch.dtype = torch.floa
     float32 reduces half precision in float32 (a float16 norm overflows at 65504); float64 makes a
     norm of float32 or half values finite exactly when every value is. No host sync.
     """
-    with torch.no_grad():
+    with no_grad():
         try:
-            if all(t.dtype is dtype for t in tensors):
-                return list(torch._foreach_norm(tensors, 2))
-            if dtype is torch.float64 or all(t.dtype in _FLOAT32_OK for t in tensors):
-                return list(torch._foreach_norm(tensors, 2, dtype=dtype))
+            # float32, float16 and bfloat16 reduce to float32 in one call; float64 refuses the narrowing
+            return list(torch._foreach_norm(tensors, 2, dtype=dtype))
+        except (RuntimeError, TypeError, AttributeError):  # float64 tensors, older torch, unusual tensors
+            pass
+        try:
             return [n.to(dtype) for n in torch._foreach_norm(tensors, 2)]
-        except (RuntimeError, TypeError, AttributeError):  # older torch, unusual tensors
+        except (RuntimeError, TypeError, AttributeError):
             return [torch.linalg.vector_norm(t.to(torch.promote_types(t.dtype, dtype))).to(dtype) for t in tensors]
+
+
+def no_grad() -> Any:
+    """`torch.no_grad()`, or a reusable do-nothing context when grad mode is off already (the
+    probe's per-step work runs with it off: entering a fresh no_grad costs a handful of calls)."""
+    return torch.no_grad() if torch.is_grad_enabled() else _NOTHING
+
+
+_NOTHING = contextlib.nullcontext()
 
 
 def max_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -116,7 +126,7 @@ def max_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     Finite exactly when every value is, in the tensor's own dtype: unlike a sum or a norm it cannot
     overflow on large finite values.
     """
-    with torch.no_grad():
+    with no_grad():
         try:
             return list(torch._foreach_norm(tensors, math.inf))
         except (RuntimeError, TypeError, AttributeError):  # older torch, unusual tensors
@@ -125,7 +135,7 @@ def max_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 def stack_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
     """Stack 0-d tensors into a vector on the first one's device, in their promoted dtype (no host sync)."""
-    with torch.no_grad():
+    with no_grad():
         try:
             return torch.stack(values)  # type: ignore[arg-type]
         except RuntimeError:  # several devices (a model split across GPUs)
@@ -138,7 +148,8 @@ class Readings:
 
     Detectors queue what they will judge at the next sample and keep the returned slice; at the
     sample the first `host()` call reads everything at once and the others reuse it. The probe
-    seals the queue at every optimizer step: that step's scalars become one vector and are freed.
+    seals the queue at every optimizer step: that step's scalars become one vector and are freed;
+    on the CPU, where reading is no synchronisation, the vector is read at once and kept as floats.
     Hundreds of 0-d tensors kept alive until the sample each held a small allocation among the
     activations; on CPU that made the probe's cost depend on where memory happened to lie
     (1.01x to 1.07x between single-process runs of the overhead benchmark, 1.02x to 1.04x with
@@ -149,7 +160,10 @@ class Readings:
     _LAG = 2  # steps after which every rank reads a CUDA verdict (see `tripped`)
 
     def __init__(self) -> None:
-        self._parts: list[torch.Tensor] = []
+        # Whether every value is on the CPU (the probe's watched parameters are): reading one
+        # by one is then cheaper than a stack, and no synchronisation.
+        self.on_cpu = False
+        self._parts: list[torch.Tensor | list[float]] = []  # device vectors, or host floats (CPU)
         self._watched = 0  # parts already given to the sentinel
         self._inflight: deque[tuple[torch.Tensor, Any, int]] = deque()  # (pinned verdict, CUDA event, step)
         self._steps = 0  # sentinel calls so far
@@ -170,15 +184,18 @@ class Readings:
     def seal(self) -> None:
         """Stack the values queued so far into one vector (no host sync) and let the scalars go."""
         if self._open:
-            self._parts.append(stack_scalars(self._open))
+            if self.on_cpu:
+                self._parts.append([v.item() for v in self._open])
+            else:
+                self._parts.append(stack_scalars(self._open))
             self._open = []
 
     def tripped(self, combine: Callable[[torch.Tensor], None] | None = None,
                 device: torch.device | None = None) -> bool:
         """The per-step sentinel: whether a value sealed since the last call is NaN/Inf, without a sync.
 
-        On the CPU the new vectors are checked at once (a sum, and only when that is not finite an
-        element-wise test: a sum of large finite values can overflow). On CUDA their verdict is
+        On the CPU the new values are checked at once, as host floats (a sum, and only when that is
+        not finite an element-wise test). On CUDA their verdict is
         copied to pinned host memory behind an event and looked at once the event has passed, a
         step or two later; other devices wait for the periodic read.
 
@@ -193,7 +210,9 @@ class Readings:
         if combine is None:
             bad = False
             for part in new:
-                if part.device.type == "cpu":
+                if type(part) is list:
+                    bad = bad or not (math.isfinite(sum(part)) or all(map(math.isfinite, part)))
+                elif part.device.type == "cpu":
                     bad = bad or not (math.isfinite(float(part.sum())) or bool(torch.isfinite(part).all()))
                 elif part.device.type == "cuda":
                     with torch.no_grad():
@@ -202,6 +221,8 @@ class Readings:
         with torch.no_grad():
             flag = torch.zeros((), device=device)
             for part in new:
+                if type(part) is list:
+                    part = torch.tensor(part, dtype=torch.float64)
                 flag = torch.maximum(flag, torch.isfinite(part.to(flag.device)).all().logical_not().float())
             combine(flag)
             if flag.device.type != "cuda":
@@ -236,10 +257,12 @@ class Readings:
         if self._host is None:
             self.seal()
             parts = self._parts
-            if not parts:
-                self._host = []
+            if all(type(part) is list for part in parts):  # read at each step already (CPU)
+                self._host = [x for part in parts for x in part]
             else:
-                flat = parts[0] if len(parts) == 1 else _cat(parts)
+                tensors = [torch.tensor(part, dtype=torch.float64) if type(part) is list else part
+                           for part in parts]
+                flat = tensors[0] if len(tensors) == 1 else _cat(tensors)
                 self._host = host_read(flat).double().tolist()
         return self._host
 

@@ -17,13 +17,19 @@ from probe_detection import CASES, run  # noqa: E402
 
 @pytest.mark.parametrize(("fault", "cell"), [
     ("clean", "clean"),
-    ("lr100", "LP106, 20"),  # Adam at 0.1 blows the MLP's weights up before the first sample
+    ("lr100", "LP106, 3"),  # Adam at 0.1 moves the MLP's weights by half their norm per step from the start
     ("outputs", "LP202, 23"),
     ("eval", "LP401, 0"),
 ])
 def test_mlp_cells(fault, cell):
     torch.set_num_threads(1)
     assert run("mlp", CASES[fault], 50) == cell
+
+
+def test_a_gan_at_a_hundred_times_its_rate_is_found_and_stays_clean_at_its_own():
+    torch.set_num_threads(1)
+    assert run("gan", CASES["lr100"], 25) == "LP106, 3"
+    assert run("gan", CASES["clean"], 25) == "clean"
 
 
 def test_a_fault_that_needs_float_inputs_is_not_applicable_to_token_ids():

@@ -233,7 +233,11 @@ def test_ignore_option_and_summary_on_stderr(capsys):
     assert "LP403" in err and "grads-not-zeroed" in err and "zero_grad" in err
 
 
-def test_no_host_read_per_step(monkeypatch):
+@pytest.mark.parametrize("on_cpu", [False, True])
+def test_no_host_read_per_step(monkeypatch, on_cpu):
+    """Values on an accelerator are read once per sample; on the CPU, where a read is no
+    synchronisation, each step's values are read when the step seals them (one by one: cheaper
+    than stacking them). The CPU tests take the accelerator's path by switching `on_cpu` off."""
     from loopcheck.probe import stats
 
     reads = []
@@ -247,18 +251,25 @@ def test_no_host_read_per_step(monkeypatch):
     item_calls = []
     real_item = torch.Tensor.item
     net, opt, sched = setup()
-    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False, every=25):
+    with loopcheck.probe(net, opt, scheduler=sched, on_finding="ignore", summary=False, every=25) as probe:
+        assert probe.readings.on_cpu  # the parameters are on the CPU
+        probe.readings.on_cpu = on_cpu
+
         def item(self):
             if sys._getframe(1).f_globals.get("__name__", "").startswith("loopcheck"):
-                item_calls.append(1)  # the optimizer's own .item() calls are not the probe's
+                item_calls.append(self.device.type)  # the optimizer's own .item() calls are not the probe's
             return real_item(self)
 
         monkeypatch.setattr(torch.Tensor, "item", item)
         loop(net, opt, sched, 50)
         monkeypatch.setattr(torch.Tensor, "item", real_item)
-    assert item_calls == []
-    # one read per sample (2 in the loop, nothing left at exit), shared by every detector
-    assert len(reads) == 2
+    if on_cpu:
+        assert item_calls and set(item_calls) == {"cpu"}
+        assert reads == []  # nothing waits for a read at the samples
+    else:
+        assert item_calls == []
+        # one read per sample (2 in the loop, nothing left at exit), shared by every detector
+        assert len(reads) == 2
 
 
 def test_device_values_wait_for_the_sample_as_one_vector_per_step():

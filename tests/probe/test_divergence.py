@@ -45,7 +45,9 @@ def test_an_oscillating_update_larger_than_the_weights_is_lp106():
             opt.step()
     assert codes(probe) == {"LP106"}
     (f,) = probe.findings
-    assert f.step == 40 and "far too high" in f.message
+    # each of the first steps moves the weights by about twice their norm; the samples at steps 20
+    # and 40 confirm it (the same finding, counted again)
+    assert f.step == 3 and f.extra["ratio"] > 1 and "far too high" in f.message and f.count == 2
 
 
 def _mlp_run(lr, steps=40):
@@ -67,13 +69,48 @@ def _mlp_run(lr, steps=40):
     return probe, losses
 
 
-def test_a_hundred_times_adams_rate_that_blows_the_weights_up_is_found_at_the_first_sample():
+def test_a_hundred_times_adams_rate_that_blows_the_weights_up_is_found_in_its_first_steps():
     probe, losses = _mlp_run(lr=0.1)  # 1e-3 is the sane value
     # the signature that LP502 cannot see: a spike, then the loss back at chance level
     assert max(losses[:5]) > 10 * losses[0] and losses[-1] < 1.5 * losses[0]
     f = next(f for f in probe.findings if f.code == "LP106")
-    assert f.step == 20 and "grew" in f.message and f.extra["growth"] >= 4
+    assert f.step == 3 and "first 3 optimizer steps" in f.message
     assert f.extra["parameter"] in ("1.weight", "4.weight")
+    assert f.count == 2  # the weights' growth at the first sample (steps 1 to 20) is the same finding
+
+
+def _gan_run(lr, steps=60):
+    """A small GAN on vectors, two Adam optimizers, the generator's step after the discriminator's."""
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 100), nn.Tanh())
+    disc = nn.Sequential(nn.Linear(100, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=lr, betas=(0.5, 0.999))
+    opt_g = torch.optim.Adam(gen.parameters(), lr=lr, betas=(0.5, 0.999))
+    g = torch.Generator().manual_seed(0)
+    real_batches = [torch.rand(32, 100, generator=g) * 2 - 1 for _ in range(4)]
+    ones, zeros = torch.ones(32, 1), torch.zeros(32, 1)
+    with loopcheck.probe([disc, gen], [opt_d, opt_g], on_finding="ignore", summary=False) as probe:
+        for step in range(steps):
+            disc.zero_grad()
+            loss_real = F.binary_cross_entropy_with_logits(disc(real_batches[step % 4]), ones)
+            fake = gen(torch.randn(32, 16, generator=g))
+            loss_fake = F.binary_cross_entropy_with_logits(disc(fake.detach()), zeros)
+            (loss_real + loss_fake).backward()
+            opt_d.step()
+            gen.zero_grad()
+            F.binary_cross_entropy_with_logits(disc(fake), ones).backward()
+            opt_g.step()
+    return probe
+
+
+def test_a_gan_at_a_hundred_times_its_rate_is_found_in_the_first_steps():
+    probe = _gan_run(lr=0.02)  # 2e-4 is the usual value
+    found = {f.where: f for f in probe.findings if f.code == "LP106"}
+    assert "optimizer0" in found and found["optimizer0"].step == 3
+
+
+def test_a_gan_at_its_usual_rate_stays_clean():
+    assert _gan_run(lr=2e-4).findings == []
 
 
 def test_adams_sane_rate_stays_clean():

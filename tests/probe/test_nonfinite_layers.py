@@ -85,7 +85,8 @@ def test_layer_classes():
     assert layers.is_safe(nn.AdaptiveAvgPool2d(1)) and not layers.is_safe(nn.Linear(2, 2))
 
 
-def test_a_conv_net_step_reduces_only_its_input_and_output(monkeypatch):
+def test_a_conv_net_step_reduces_only_its_output(monkeypatch):
+    """The input batch of a training step on the CPU is checked only when something went NaN."""
     reduced = []
     real = nonfinite.finite_probe_value
 
@@ -104,7 +105,7 @@ def test_a_conv_net_step_reduces_only_its_input_and_output(monkeypatch):
             F.cross_entropy(model(x), y).backward()
             opt.step()
     assert probe.findings == []
-    assert reduced == [(4, 3, 8, 8), (4, 5)] * 3
+    assert reduced == [(4, 5)] * 3
 
 
 def test_nan_weight_in_a_conv_of_a_sequential_names_that_conv():

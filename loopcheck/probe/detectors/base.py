@@ -24,6 +24,9 @@ class Detector:
     codes: tuple[str, ...] = ()
     # Hook methods this instance overrides but does not need with its configuration.
     idle: frozenset[str] = frozenset()
+    # Whether it reads the per-parameter gradient norms of each step (`Probe.grad_norms`): the
+    # probe computes them at every optimizer step only when some detector does.
+    wants_norms: bool = False
 
     def __init__(self, probe: "Probe") -> None:
         self.probe = probe

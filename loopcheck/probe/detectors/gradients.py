@@ -16,58 +16,67 @@ from typing import Any
 import torch
 
 from loopcheck.probe.detectors.base import Detector
-from loopcheck.probe.stats import RobustLevel, fused_norms
+from loopcheck.probe.stats import RobustLevel, fused_norms, no_grad
 
 _TOP = 3  # layers named in a spike / vanishing finding
-_TRACKED = 8  # parameters per optimizer whose .grad resets are followed (LP403)
+_TRACKED = 2  # parameters per optimizer whose .grad resets are followed (LP403)
 _OWNER_SETS = 64  # distinct sets of parameters with gradients whose owners are remembered
 # LP106: the weight matrices measured (at most this many tensors and values), the ratio of a
 # matrix's update norm to its norm that is far too large, the samples in a row it must last, the
 # growth of a matrix's norm by one of the first samples that is a blow-up, and the rms under which a matrix starts near zero.
 _RATIO_TENSORS = 16
 _RATIO_VALUES = 4 * 1024 * 1024
+_RATIO_ROWS_VALUES = 32 * 1024  # values measured per matrix: a larger one is measured on every k-th row
 _RATIO_HIGH = 0.1
 _RATIO_SAMPLES = 2
 _GROWTH = 4.0  # one matrix's norm this many times its start ...
 _ALSO = 2.0  # ... and another's this many: the whole model, not one small new layer
 _EARLY = 3
+_FIRST_STEPS = 3  # the first steps of each optimizer, all measured: ...
+_FIRST_HIGH = 0.2  # ... each moving some matrix by this share of its norm is a learning rate far too high
 _SMALL_RMS = 1e-3
 
 
 class GradNormDetector(Detector):
     codes = ("LP101", "LP102")
+    wants_norms = True
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         c = self.config
         self._levels: dict[int, RobustLevel] = defaultdict(lambda: RobustLevel(c.window, c.warmup, c.spike_z, c.spike_ratio))
-        self._pending: list[tuple[int, int, slice, list[int]]] = []  # (step, optimizer, read, positions)
         self._low_total: dict[int, int] = defaultdict(int)
         self._low_module: dict[tuple[int, str], int] = defaultdict(int)
         self._totals: list[float] = []
         self._owners: dict[tuple[int, tuple[int, ...]], list[str]] = {}
 
-    def on_step_pre(self, index: int, optimizer: Any) -> None:
-        norms = self.probe.grad_norms(index)
-        if norms.values:
-            self._pending.append((self.probe.step + 1, index, norms.read, norms.positions))
-
     def on_sample(self, step: int, final: bool) -> None:
-        pending, self._pending = self._pending, []
+        """Judge the steps since the last sample; per step the total norm (one C call) feeds the
+        spike test, and the norms by module are only added up when something is near zero."""
         self._totals = []
-        if not pending:
+        records = [r for r in self.probe.steps if r.norms is not None and r.norms.values]
+        if not records:
             return
         host = self.probe.readings.host()
-        for at, index, read, positions in pending:
-            norms = host[read]
-            if not math.isfinite(sum(norms)) and not all(map(math.isfinite, norms)):
+        c = self.config
+        for at, index, _, norms in records:
+            values = host[norms.read]
+            total = math.hypot(*values)
+            if not math.isfinite(total):
                 continue  # the non-finite detector owns these steps
-            total = math.sqrt(sum(n * n for n in norms))
             if index == 0:
                 self._totals.append(total)
-            modules = self._by_module(index, positions, norms)
-            self._spike(at, index, total, modules)
-            self._vanishing(at, index, total, modules)
+            level = self._levels[index].push(total)
+            if level is not None or total < c.vanish_norm or min(values) < c.vanish_ratio * total:
+                modules = self._by_module(index, norms.positions, values)
+                if level is not None:
+                    self._spike(at, index, total, level, modules)
+                self._vanishing(at, index, total, modules)
+            else:  # every parameter, so every module, is far from zero: the counters restart
+                self._low_total[index] = 0
+                if self._low_module:
+                    for key in [key for key in self._low_module if key[0] == index]:
+                        del self._low_module[key]
 
     def _by_module(self, index: int, positions: list[int], norms: list[float]) -> dict[str, float]:
         key = (index, tuple(positions))
@@ -82,10 +91,7 @@ class GradNormDetector(Detector):
             squares[name] += n * n
         return {name: math.sqrt(v) for name, v in squares.items()}
 
-    def _spike(self, at: int, index: int, total: float, modules: dict[str, float]) -> None:
-        level = self._levels[index].push(total)
-        if level is None:
-            return
+    def _spike(self, at: int, index: int, total: float, level: float, modules: dict[str, float]) -> None:
         top = sorted(modules.items(), key=lambda kv: -kv[1])[:_TOP]
         layers = ", ".join(f"{name} {norm:.3g}" for name, norm in top)
         self.report(
@@ -142,8 +148,9 @@ class GradResetDetector(Detector):
     """LP403: a step whose gradients still held the previous step's values before its backward.
 
     After optimizer i steps, a few of its parameters' `.grad` tensors are remembered (weakly) with
-    their version counters. A reset shows as a new or missing tensor, a bumped version between
-    backward passes, or a zero_grad() call. A backward that starts while a gradient is untouched
+    their version counters. A reset shows as a new or missing tensor (`zero_grad()`, `p.grad = None`)
+    or a bumped version between backward passes (`zero_grad(set_to_none=False)`, `p.grad.zero_()`):
+    zero_grad() itself is not watched. A backward that starts while a gradient is untouched
     since the last step accumulates into it; if no reset comes before the optimizer steps again,
     that step used stale gradients.
     """
@@ -175,13 +182,6 @@ class GradResetDetector(Detector):
         if not first:
             self.on_step_pre(index, optimizer)
         self.on_step(index, optimizer)
-
-    def on_zero_grad(self, params: list[torch.Tensor]) -> None:
-        if not self._tracked:
-            return
-        for p in params:
-            if self._tracked.pop(id(p), None) is not None:
-                self._at_risk.pop(id(p), None)
 
     def on_backward(self, tensor: torch.Tensor) -> bool:
         if not self._tracked:
@@ -241,10 +241,13 @@ class UnusedParamsDetector(Detector):
         if waiting:
             for key in [k for k, p in waiting.items() if p.grad is not None]:
                 del waiting[key]
+            if not any(self._waiting):  # every parameter had a gradient: nothing left to watch
+                self.probe.listen(self, "on_step_pre", False)
 
     def on_step(self, index: int, optimizer: Any) -> None:
-        if index == 0 and self.probe.step == self.config.unused_after:
+        if index == 0 and self.probe.step >= self.config.unused_after:
             self._check()
+            self.probe.listen(self, "on_step", False)
 
     def on_close(self) -> None:
         if self.probe.step >= min(5, self.config.unused_after):
@@ -286,12 +289,18 @@ class UpdateRatioDetector(Detector):
     """LP106: optimizer updates far larger than the weights they change.
 
     Each optimizer's weight matrices (at most `_RATIO_TENSORS` tensors and `_RATIO_VALUES` values,
-    chosen at its first step) are measured at the sample cadence only, with no sync of their own:
+    chosen at its first step) are measured at the sample cadence only, with no sync of their own;
+    a matrix of more than `_RATIO_ROWS_VALUES` values on evenly spaced rows only (ratios of norms
+    hardly change on a sample of rows, and the copy before the step stays small):
 
     - *per step*: on the step before each sample they are copied before the optimizer step; after
       it the norms of the change and of the weights are queued. A healthy run moves each matrix by
       about a thousandth of its norm per step, an Adam warm start by a few hundredths; a tenth or
       more for some matrix at two samples in a row is a learning rate far too high;
+    - *first steps*: the first `_FIRST_STEPS` steps of each optimizer are measured too; each of
+      them moving some matrix by a fifth or more of its norm (an Adam step of about lr per value,
+      against weights of rms 0.02 to 0.1) is a learning rate far too high from the start, even
+      when the steps shrink afterwards (a GAN's two optimizers settle at a few hundredths);
     - *blow-up*: their norms before the first step are queued once; when by one of the first
       `_EARLY` samples one matrix's norm has grown `_GROWTH` times and another's `_ALSO` times,
       the model was blown up by huge steps from the start (a 100x learning rate), even when the
@@ -310,22 +319,24 @@ class UpdateRatioDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         self._params: dict[int, list[torch.Tensor]] = {}  # the matrices measured, per optimizer
+        self._rows: dict[int, list[torch.Tensor]] = {}  # ... the rows of them measured (views)
         self._start: dict[int, slice | list[float]] = {}  # their norms before the first step (queued, then read)
         self._grown: set[int] = set()
         self._before: dict[int, list[torch.Tensor]] = {}
         self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._high: dict[int, int] = defaultdict(int)
+        self._first: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (ratio, matrix) of the first steps
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
         if index not in self._params:
             self._choose(index, optimizer)
+        applied = self.probe._applied[index]
+        if applied >= _FIRST_STEPS and (applied + 1) % self.config.every:
             return
-        if (self.probe._applied[index] + 1) % self.config.every:
-            return
-        params = self._params[index]
-        if params:
-            with torch.no_grad():
-                self._before[index] = [p.detach().clone() for p in params]
+        rows = self._rows[index]
+        if rows:
+            with no_grad():
+                self._before[index] = [r.clone() for r in rows]
 
     def _choose(self, index: int, optimizer: Any) -> None:
         """At the optimizer's first step: the matrices to measure, and their norms before it."""
@@ -340,8 +351,9 @@ class UpdateRatioDetector(Detector):
                 if len(params) == _RATIO_TENSORS:
                     break
         self._params[index] = params
-        if params:
-            self._start[index] = self.probe.readings.add(fused_norms(params))
+        self._rows[index] = rows = [_rows(p) for p in params]
+        if rows:
+            self._start[index] = self.probe.readings.add(fused_norms(rows))
 
     def on_step_skipped(self, index: int, optimizer: Any) -> None:
         self._before.pop(index, None)
@@ -350,10 +362,10 @@ class UpdateRatioDetector(Detector):
         before = self._before.pop(index, None)
         if before is None:
             return
-        params = self._params[index]
-        with torch.no_grad():
-            torch._foreach_sub_(before, params)
-            values = fused_norms(before) + fused_norms(params)
+        rows = self._rows[index]
+        with no_grad():
+            torch._foreach_sub_(before, rows)
+            values = fused_norms(before) + fused_norms(rows)
         self._pending.append((self.probe._applied[index], index, self.probe.readings.add(values)))
 
     def on_sample(self, step: int, final: bool) -> None:
@@ -370,6 +382,9 @@ class UpdateRatioDetector(Detector):
                 continue  # the non-finite detector's
             n = len(values) // 2
             change, weights = values[:n], values[n:]
+            if at <= _FIRST_STEPS:
+                self._first_steps(at, index, change, weights)
+                continue
             self._blown_up(at, index, weights)
             ratio, j = max((c / w if w > 0 else 0.0, j) for j, (c, w) in enumerate(zip(change, weights)))
             if ratio < _RATIO_HIGH:
@@ -386,12 +401,33 @@ class UpdateRatioDetector(Detector):
                     where=self._where(index), step=at, ratio=ratio, parameter=name,
                 )
 
+    def _first_steps(self, at: int, index: int, change: list[float], weights: list[float]) -> None:
+        start = self._start.get(index)
+        if not isinstance(start, list):
+            return
+        rows = self._rows[index]
+        first = self._first[index]
+        first.append(max(((c / w, j) for j, (r, c, w, w0) in enumerate(zip(rows, change, weights, start))
+                          if w > 0 and w0 > _SMALL_RMS * math.sqrt(r.numel())), default=(0.0, -1)))
+        if len(first) != _FIRST_STEPS or min(ratio for ratio, _ in first) < _FIRST_HIGH:
+            return
+        ratio, j = max(first)
+        name = self.probe.param_name(self._params[index][j])
+        self.report(
+            "LP106",
+            f"each of the first {_FIRST_STEPS} optimizer steps changed a weight matrix by a fifth or more of its "
+            f"norm ({', '.join(f'{r:.2g}' for r, _ in first)}; {name} by {ratio:.2g}), where a healthy step "
+            f"changes it by about 0.001 and an Adam warm start by a few hundredths: the learning rate "
+            f"({self._lrs(index)}) is far too high for this model",
+            where=self._where(index), step=at, ratio=ratio, parameter=name,
+        )
+
     def _blown_up(self, at: int, index: int, weights: list[float]) -> None:
         start = self._start.get(index)
         if index in self._grown or at > _EARLY * self.config.every or not isinstance(start, list):
             return
         params = self._params[index]
-        grown = sorted(((w / w0, j) for j, (p, w0, w) in enumerate(zip(params, start, weights))
+        grown = sorted(((w / w0, j) for j, (p, w0, w) in enumerate(zip(self._rows[index], start, weights))
                         if w0 > _SMALL_RMS * math.sqrt(p.numel())), reverse=True)
         if len(grown) < 2 or grown[0][0] < _GROWTH or grown[1][0] < _ALSO:
             return
@@ -418,3 +454,10 @@ class UpdateRatioDetector(Detector):
     def _lrs(self, index: int) -> str:
         return ", ".join(f"{g['lr']:.3g}" for g in self.probe.optimizers[index].param_groups
                          if isinstance(g.get("lr"), (int, float)))
+
+
+def _rows(p: torch.Tensor) -> torch.Tensor:
+    """The rows of matrix `p` that LP106 measures: all of them, or every k-th of a large one (a view)."""
+    rows = p.detach()
+    step = -(-p.numel() // _RATIO_ROWS_VALUES)
+    return rows[::step] if step > 1 else rows

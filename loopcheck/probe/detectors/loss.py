@@ -29,24 +29,18 @@ class LossSpikeDetector(Detector):
         super().__init__(probe)
         c = self.config
         self._levels: dict[int, RobustLevel] = defaultdict(lambda: RobustLevel(c.window, c.warmup, c.spike_z, c.spike_ratio))
-        self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._values: list[float] = []
         self._start: list[float] = []
         self._recent: deque[float] = deque(maxlen=self.config.every)
         self._high = 0
 
-    def on_step_pre(self, index: int, optimizer: Any) -> None:
-        read = self.probe.loss_read.get(index)
-        if read is not None:
-            self._pending.append((self.probe.step + 1, index, read))
-
     def on_sample(self, step: int, final: bool) -> None:
-        pending, self._pending = self._pending, []
         self._values = []
+        pending = [record for record in self.probe.steps if record.loss is not None]
         if not pending:
             return
         host = self.probe.readings.host()
-        for at, index, read in pending:
+        for at, index, read, _ in pending:
             (value,) = host[read]
             if not math.isfinite(value):
                 continue  # LP105 is the non-finite detector's

@@ -84,6 +84,8 @@ class LRDetector(Detector):
         self._moved: set[int] = set()  # schedulers that changed an LR at least once
         self._peak: list[list[float]] = [[] for _ in range(n)]
         self._low: list[list[int]] = [[] for _ in range(n)]
+        self._low_any = [False] * n  # whether some group's LR is collapsed (counting steps)
+        self._scheds_of = [[j for j, o in enumerate(self._opt_of) if o == i] for i in range(n)]
 
     def attach(self) -> None:
         for i, opt in enumerate(self.probe.optimizers):
@@ -91,6 +93,8 @@ class LRDetector(Detector):
             self._expected[i] = list(lrs)
             self._expected_at_entry[i] = list(lrs)
             self._last_lrs[i] = list(lrs)
+            self._peak[i] = [lr if lr is not None and lr > 0 else 0.0 for lr in lrs]
+            self._low[i] = [0] * len(lrs)
             self._initial[i] = [
                 float(g["initial_lr"]) if isinstance(g.get("initial_lr"), (int, float)) else lr
                 for g, lr in zip(opt.param_groups, lrs)
@@ -110,13 +114,15 @@ class LRDetector(Detector):
     # Optimizer side -----------------------------------------------------------------------
     def on_step_pre(self, index: int, optimizer: Any) -> None:
         lrs = [_lr(g) for g in optimizer.param_groups]
+        unchanged = lrs == self._last_lrs[index]
         self._last_lrs[index] = lrs
         self._attempt(index)
-        self._collapse(index, lrs)
+        if not unchanged or self._low_any[index]:  # the same LRs as last step: peak and counters stay
+            self._collapse(index, lrs)
         if not self._owned[index]:
             return
         expected = self._expected[index]
-        if len(expected) == len(lrs):
+        if lrs != expected and len(expected) == len(lrs):
             for g, (now, want) in enumerate(zip(lrs, expected)):
                 if now is None or want is None or _close(now, want):
                     continue
@@ -143,6 +149,7 @@ class LRDetector(Detector):
         peak, low = self._peak[index], self._low[index]
         if len(peak) != len(lrs):
             peak[:], low[:] = [0.0] * len(lrs), [0] * len(lrs)
+        self._low_any[index] = False
         for g, lr in enumerate(lrs):
             if lr is None:
                 continue
@@ -151,6 +158,7 @@ class LRDetector(Detector):
             if not (peak[g] > 0 and lr < _COLLAPSED * peak[g]):
                 low[g] = 0
                 continue
+            self._low_any[index] = True
             low[g] += 1
             if low[g] != _COLLAPSED_STEPS:
                 continue
@@ -174,9 +182,7 @@ class LRDetector(Detector):
 
     def _attempt(self, index: int) -> None:
         self._attempts[index] += 1
-        for j, i in enumerate(self._opt_of):
-            if i != index:
-                continue
+        for j in self._scheds_of[index]:
             count, self._in_interval[j] = self._in_interval[j], 0
             if count >= 2:
                 self._doubles[j] += 1

@@ -123,6 +123,7 @@ class MemoryGrowthDetector(Detector):
         self._statm = "/proc/self/statm"
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._last: int | None = None
+        self._fd = -1
 
     def attach(self) -> None:
         for params in self.probe.opt_params:
@@ -130,14 +131,18 @@ class MemoryGrowthDetector(Detector):
                 if p.device.type == "cuda":
                     self._device = p.device
                     return
-        if not os.path.exists(self._statm):
+        try:
+            # kept open and read again from its start: opening it costs far more than reading it
+            self._fd = os.open(self._statm, os.O_RDONLY)
+        except (OSError, AttributeError):
             self.enabled = False  # no cheap CPU counter on this platform
+            return
+        self.probe.hooks.callback(os.close, self._fd)
 
     def _read(self) -> int:
         if self._device is not None:
             return int(torch.cuda.memory_allocated(self._device))
-        with open(self._statm, "rb") as f:
-            return int(f.read().split()[1]) * self._page
+        return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
 
     def on_sample(self, step: int, final: bool) -> None:
         if final:

@@ -74,10 +74,14 @@ class ModeDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         self._states: dict[int, _State] = {}
-        self._trained: set[int] = set()  # roots with a grad-enabled forward since the last backward
+        # Roots whose backward would be trained in eval mode (LP401), found again after each
+        # train()/eval() call and sample; None until then. Usually empty: a forward costs one test.
+        self._alarm: set[int] | None = None
+        self._trained: set[int] = set()  # such roots with a grad-enabled forward since the last backward
         self._no_grad_run: dict[int, int] = defaultdict(int)
         self._evaluated: set[int] = set()  # roots with a no-grad pass in train mode in this step
-        self._quiet: dict[int, int] = defaultdict(int)  # steps in a row without one, per root
+        self._intervals = 0  # steps ended so far
+        self._last_eval: dict[int, int] = {}  # per root: the last step (interval) with such a pass
 
     def _state(self, i: int) -> _State:
         state = self._states.get(i)
@@ -114,13 +118,22 @@ class ModeDetector(Detector):
 
     def on_mode_change(self, module: nn.Module) -> None:
         self._states.clear()
+        self._alarm = None
 
     def on_sample(self, step: int, final: bool) -> None:
         self._states.clear()  # requires_grad may have changed (unfreezing)
+        self._alarm = None
+
+    def _find_alarm(self) -> set[int]:
+        self._alarm = {i for i in range(len(self.probe.models))
+                       if (state := self._state(i)).eval_subtrees or (not state.root_training and state.dependent)}
+        return self._alarm
 
     def on_forward_pre(self, root: int, module: nn.Module, args: tuple[Any, ...]) -> None:
         if torch.is_grad_enabled():
-            self._trained.add(root)
+            alarm = self._alarm if self._alarm is not None else self._find_alarm()
+            if alarm and root in alarm:
+                self._trained.add(root)
             if self._no_grad_run:
                 self._no_grad_run.clear()  # training goes on: a teacher's pass before it is not evaluation
             return
@@ -145,7 +158,8 @@ class ModeDetector(Detector):
         )
 
     def on_step(self, index: int, optimizer: Any) -> None:
-        self._no_grad_run.clear()
+        if self._no_grad_run:
+            self._no_grad_run.clear()
         if index == 0:
             self._end_interval(self.probe.step - 1)
 
@@ -154,22 +168,24 @@ class ModeDetector(Detector):
 
     def _end_interval(self, step: int) -> None:
         """A single no-grad pass in train mode in this step, after steps without one: evaluation."""
+        interval = self._intervals
+        self._intervals += 1
+        if not self._evaluated:
+            return
         evaluated, self._evaluated = self._evaluated, set()
-        for root in range(len(self.probe.models)):
-            if root not in evaluated:
-                self._quiet[root] += 1
-                continue
-            if self._quiet[root] >= 2:
+        for root in evaluated:
+            if interval - self._last_eval.get(root, -1) - 1 >= 2:  # steps in a row without one
                 state = self._state(root)
                 if state.root_training and state.train_dependent and not state.recalibrating:
                     self._report_eval(root, state, "a forward pass without gradients (evaluation) ran "
                                                    "after steps without one", step)
-            self._quiet[root] = 0
+            self._last_eval[root] = interval
 
     def on_backward(self, tensor: torch.Tensor) -> None:
+        if not self._trained:
+            return
         roots, self._trained = self._trained, set()
         for i in roots:
-            self._no_grad_run[i] = 0
             state = self._state(i)
             if (state.root_training or not state.dependent) and not state.eval_subtrees:
                 continue

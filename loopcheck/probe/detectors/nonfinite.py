@@ -1,7 +1,9 @@
 """LP103 / LP104 / LP105: NaN and Inf in forward outputs, gradients and the loss.
 
-The cheap path, every step and without a host sync: the input batch and the output of each
-module that needs it are reduced to one number whose finiteness is that of the whole tensor;
+The cheap path, every step and without a host sync: the output of each module that needs it is
+reduced to one number whose finiteness is that of the whole tensor, and so is the input batch on
+an accelerator (on the CPU, where the verdict comes at the same step's optimizer step, a training
+batch is only held weakly and checked when localising);
 torch's dense layers and normalisations are not reduced but judged by their parameters (see
 `loopcheck.probe.layers`); with `backward_hooks`, a tensor hook on each output does the same for
 its gradient. At the optimizer step these numbers join the probe's queue of device values
@@ -36,8 +38,11 @@ _FOLD_AT = 4096  # forward records kept before they are folded into a block (lon
 
 # Kinds of forward records. OUTPUT and INPUT carry a reduced value; COVERED records that a dense
 # layer ran (judged by its parameters); PASSED that a module returned such a layer's output unchanged.
-_OUTPUT, _INPUT, _COVERED, _PASSED = 0, 1, 2, 3
+_OUTPUT, _INPUT, _COVERED, _PASSED, _INPUT_HELD = 0, 1, 2, 3, 4
 _REDUCED = (_OUTPUT, _INPUT)
+# _INPUT_HELD (CPU, training forwards): a probed model's input batch, not reduced but held weakly
+# with its version and checked only when localising, in the same step: the loop still holds its
+# batch then.
 # float16 overflows easily: a dense layer's float16 output is reduced, not trusted
 _TRUSTED_DTYPES = frozenset((torch.float32, torch.float64, torch.bfloat16))
 
@@ -65,13 +70,22 @@ class _Block:
     step: int
     opt: int | None
     reads: list[slice]
-    kinds: list[int]  # kind of each forward record
-    forward: list[int]  # module index of each forward record, in completion order
+    records: list[tuple[int, int]]  # (module index, kind) of each forward record, in completion order
     loss: bool
     backward: list[int]  # module index of each output-gradient record, in backward order
     ran: list[int]  # module indices of the covered layers that ran, judged by their parameters
     state: list[tuple[int, torch.Tensor]] | None  # (module index, parameter) of each queued parameter check
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
+    held: list[tuple[Any, int]] = field(default_factory=list)  # (weak reference, version) of each held input
+
+    # Split only when localising: a step keeps its records as they came.
+    @property
+    def kinds(self) -> list[int]:
+        return [kind for _, kind in self.records]
+
+    @property
+    def forward(self) -> list[int]:
+        return [index for index, _ in self.records]
 
 
 class NonFiniteDetector(Detector):
@@ -80,8 +94,8 @@ class NonFiniteDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         self._fwd: list[torch.Tensor] = []
-        self._fwd_idx: list[int] = []
-        self._fwd_kind: list[int] = []
+        self._recs: list[tuple[int, int]] = []  # (module index, kind) of each forward record
+        self._held: list[tuple[Any, int]] = []
         self._ran: dict[int, None] = {}  # covered modules that ran since the last block, in order
         self._bwd: list[torch.Tensor] = []
         self._bwd_idx: list[int] = []
@@ -105,8 +119,11 @@ class NonFiniteDetector(Detector):
         # pass, so they are checked only when localising. On an accelerator the values are read
         # later, after updates, so each step queues its parameter check (one fused kernel).
         self._eager_state = probe.off_cpu
-        if not self.config.localize:
-            self.idle = frozenset(("on_forward_pre",))
+        self._root_hooks: dict[int, Callable[..., None]] = {}
+        idle = set() if self.config.localize else {"on_forward_pre", "on_forward"}
+        if probe.scaler is None:
+            idle.add("on_step")  # it counts the GradScaler's skips (a scaler found later makes a new detector)
+        self.idle = frozenset(idle)
 
     def attach(self) -> None:
         if not self.config.localize:
@@ -119,7 +136,10 @@ class NonFiniteDetector(Detector):
             root = id(module) in roots
             if not root and (index in grouped or layers.is_safe(module) or layers.is_pass_through(module)):
                 continue
-            covered = not root and layers.is_covered(module)
+            if root:  # the probe's own hook on a probed model calls it (`on_forward`): one hook less per forward
+                self._root_hooks[probe.root_index[id(module)]] = self._forward_hook(index, module, True, False)
+                continue
+            covered = layers.is_covered(module)
             hooks.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, root, covered))))
         if self._groups:
             hooks.callback(self._unhook_groups)
@@ -190,7 +210,7 @@ class NonFiniteDetector(Detector):
         ran = self._ran
         members = group.members
         ran_all = dict.fromkeys(members)
-        kinds = [_COVERED] * len(members)
+        records = [(index, _COVERED) for index in members]
         norms = group.norms
         probe = self.probe
 
@@ -200,10 +220,9 @@ class NonFiniteDetector(Detector):
             try:
                 if (self._depth > 0 and type(output) is torch.Tensor and output.dtype in _TRUSTED_DTYPES
                         and not (norms and _running_stats_in_use(norms))):
-                    if len(self._fwd_idx) + len(members) < _FOLD_AT:
+                    if len(self._recs) + len(members) < _FOLD_AT:
                         ran.update(ran_all)
-                        self._fwd_idx.extend(members)
-                        self._fwd_kind.extend(kinds)
+                        self._recs.extend(records)
                     else:  # a fold comes within the group: note the layers one by one
                         for index in members:
                             ran[index] = None
@@ -232,8 +251,24 @@ class NonFiniteDetector(Detector):
             self._replan = False
             for group in self._groups:
                 self._plan(group)
+        if len(args) == 1 and type(args[0]) is torch.Tensor:  # the usual call: one batch
+            if args[0].is_floating_point():
+                self._record_input(args[0], self._root_index[root])
+            return
         for t in float_tensors(args):
-            self._record_forward(t, self._root_index[root], _INPUT)
+            self._record_input(t, self._root_index[root])
+
+    def _record_input(self, t: torch.Tensor, index: int) -> None:
+        # Held only in a training forward on the CPU, judged at its optimizer step; the verdict of
+        # an evaluation pass, or on an accelerator, comes later: reduce it now.
+        if self._eager_state or not torch.is_grad_enabled() or t.is_inference():
+            self._record_forward(t, index, _INPUT)
+        else:
+            self._held.append((weakref.ref(t), t._version))
+            self._note(index, _INPUT_HELD)
+
+    def on_forward(self, root: int, module: nn.Module, output: Any) -> None:
+        self._root_hooks[root](module, (), output)
 
     def _forward_hook(self, index: int, module: nn.Module, root: bool, covered: bool) -> Callable[..., None]:
         grad_hook = self._grad_hook(index) if self.config.backward_hooks else None
@@ -245,7 +280,17 @@ class NonFiniteDetector(Detector):
                 return
             try:
                 if root:
-                    self._depth = max(self._depth - 1, 0)
+                    if self._depth > 0:
+                        self._depth -= 1
+                    if type(output) is torch.Tensor and grad_hook is None and output.is_floating_point():
+                        # the usual probed model: one output, always reduced (nothing outside
+                        # a probed model returns it, so it need not be remembered)
+                        if self._repeat(output, _version(output), True) is None:
+                            self._record_forward(output, index, _OUTPUT)
+                        else:
+                            self._fwd.append(self._fwd[-1])
+                            self._note(index, _OUTPUT)
+                        return
                 trusted = covered and self._depth > 0 and not (stats and layers.uses_running_stats(module))
                 if (trusted and grad_hook is None and type(output) is torch.Tensor
                         and output.dtype in _TRUSTED_DTYPES):
@@ -288,15 +333,14 @@ class NonFiniteDetector(Detector):
 
     def _record_forward(self, t: torch.Tensor, index: int, kind: int) -> None:
         value = finite_probe_value(t)
-        if value.dtype != torch.float32:
+        if value.dtype is not torch.float32:
             value = value.float()
         self._fwd.append(value)
         self._note(index, kind)
 
     def _note(self, index: int, kind: int) -> None:
-        self._fwd_idx.append(index)
-        self._fwd_kind.append(kind)
-        if len(self._fwd_idx) >= _FOLD_AT:
+        self._recs.append((index, kind))
+        if len(self._recs) >= _FOLD_AT:
             block = self._fold(opt=None)
             if block is not None:
                 self._blocks.append(block)
@@ -339,8 +383,8 @@ class NonFiniteDetector(Detector):
                 positions = norms.positions
         block = None
         if reads:
-            block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._fwd_kind,
-                           self._fwd_idx, loss is not None, self._bwd_idx, ran, state, positions)
+            block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._recs,
+                           loss is not None, self._bwd_idx, ran, state, positions, self._held)
         self._clear()
         return block
 
@@ -350,7 +394,7 @@ class NonFiniteDetector(Detector):
 
     def _clear(self) -> None:
         self._last = _dead
-        self._fwd, self._fwd_idx, self._fwd_kind = [], [], []
+        self._fwd, self._recs, self._held = [], [], []
         self._ran.clear()
         self._bwd, self._bwd_idx = [], []
 
@@ -495,10 +539,18 @@ class NonFiniteDetector(Detector):
         covered layer shows one when it ran with non-finite parameters. Returns (module index,
         kind, the covered layers that ran since the last reduced record).
         """
-        k = 0
+        k = h = 0
         unchecked: list[int] = []
         for index, kind in zip(block.forward, block.kinds):
-            if kind in _REDUCED:
+            if kind == _INPUT_HELD:
+                ref, version = block.held[h]
+                h += 1
+                t = ref()
+                # gone or changed since (the loop let it go, or wrote into it): not judged
+                if t is not None and t._version == version and not _finite_now(t):
+                    return index, _INPUT, unchecked
+                unchecked = []
+            elif kind in _REDUCED:
                 ok = fwd[k]
                 k += 1
                 if not ok:
@@ -553,7 +605,7 @@ class NonFiniteDetector(Detector):
         target = self._module_by_name.get(owner, -1)
         segments: list[list[int]] = [[]]
         for kind, index in zip(block.kinds, block.forward):
-            if kind == _INPUT:
+            if kind in (_INPUT, _INPUT_HELD):
                 segments.append([])
             else:
                 segments[-1].append(index)
@@ -604,6 +656,11 @@ def _running_stats_in_use(norms: list[nn.Module]) -> bool:
         if not m.training and layers.uses_running_stats(m):
             return True
     return False
+
+
+def _finite_now(t: torch.Tensor) -> bool:
+    """Whether every value of `t` is finite, read now (only when localising)."""
+    return bool(torch.isfinite(t).all())
 
 
 def _flags_now(state: list[tuple[int, torch.Tensor]]) -> list[bool]:
