@@ -5,7 +5,9 @@ language model, a small GPT and a GAN with two optimizers. For each one the benc
 median over block pairs of (probed time / bare time) with a 95% interval and the process CPU time
 ratio, which a shared machine disturbs less. The shapes are defined in `shapes.py`. The probe runs in its default configuration (every
 detector; device statistics read every 20 steps); a block is as long as the sampling interval, so
-every probed block includes one reading of the device statistics. Pairs run in ABBA order.
+every probed block includes one reading of the device statistics. Each block starts with a few
+untimed steps (`--settle`, both variants): a fresh probe checks each optimizer's first steps once
+per run, which the blocks of a real run do not pay again. Pairs run in ABBA order.
 
 Each model's blocks are split over fresh processes, run one after the other (`--processes`): the
 ratio moves more between processes than between the blocks of one, so one process is not a fair
@@ -95,11 +97,13 @@ def measure(args: argparse.Namespace) -> dict:
     warnings.simplefilter("ignore")
 
     def block(with_probe: bool) -> tuple[float, float]:
-        first, clock[0] = clock[0], clock[0] + args.steps
+        first, clock[0] = clock[0], clock[0] + args.settle + args.steps
         if not with_probe:
-            return run_block(shape.step, first, args.steps)
+            run_block(shape.step, first, args.settle)
+            return run_block(shape.step, first + args.settle, args.steps)
         with loopcheck.probe(shape.models, shape.optimizers, scheduler=shape.scheduler, summary=False) as probe:
-            elapsed = run_block(shape.step, first, args.steps)
+            run_block(shape.step, first, args.settle)  # a fresh probe's one-time first steps
+            elapsed = run_block(shape.step, first + args.settle, args.steps)
         assert not probe.findings, probe.findings
         return elapsed
 
@@ -128,7 +132,7 @@ def in_processes(args: argparse.Namespace, model: str) -> list[dict]:
     """Split one model's blocks over fresh processes, run one after the other."""
     blocks = math.ceil(args.blocks / args.processes)
     command = [sys.executable, __file__, "--worker", "--models", model, "--blocks", str(blocks),
-               "--steps", str(args.steps), "--threads", str(args.threads)]
+               "--steps", str(args.steps), "--settle", str(args.settle), "--threads", str(args.threads)]
     if args.system_malloc:
         command.append("--system-malloc")
     results = []
@@ -148,6 +152,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2,
                         help="fresh processes each model's blocks are split over (default: 2)")
     parser.add_argument("--steps", type=int, default=20, help="steps per block (default: the probe's `every`)")
+    parser.add_argument("--settle", type=int, default=3,
+                        help="untimed steps at the start of each block (default: 3): a fresh probe checks the "
+                             "first steps of each optimizer once per run, which a block of a real run does not pay")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's malloc thresholds at their (adaptive) defaults")
