@@ -68,36 +68,45 @@ def test_nan_on_one_rank_is_reported_with_its_rank_by_rank_0(tmp_path):
 
 def _raising_worker(rank: int, world: int, port: int, out: str, fault: str) -> None:
     import datetime
+    import gc
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     # a rank left waiting in a collective fails after the timeout instead of hanging the test
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
-    result = {"raised": None, "step": None}
     try:
-        torch.manual_seed(0)
-        net = Net()
-        model = DDP(net)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        try:
-            with loopcheck.probe(model, opt, on_finding="raise", summary=False, every=5) as probe:
-                for i, (x, y) in enumerate(Batches(seed=0, split=rank).epoch(20)):
-                    if fault == "nan" and rank == 1 and i == 7:
-                        x = x.clone()
-                        x[0, 0] = float("nan")
-                    opt.zero_grad()
-                    F.cross_entropy(model(x), y).backward()
-                    opt.step()
-                    if fault == "eval" and rank == 0 and i == 11:
-                        with torch.no_grad():  # rank 0 validates in train mode, twice
-                            net(x)
-                            net(x)
-        except loopcheck.ProbeError as err:
-            result = {"raised": err.finding.code, "rank": err.finding.rank, "step": probe.step}
+        result = _raising_run(rank, fault)
         with open(os.path.join(out, f"raise{rank}.json"), "w") as f:
             json.dump(result, f)
+        # The DDP module of a step interrupted by an exception is released while its process
+        # group is alive: left to interpreter exit, torch's teardown sometimes aborts the
+        # process (SIGABRT), with or without the probe.
+        gc.collect()
     finally:
         dist.destroy_process_group()
+
+
+def _raising_run(rank: int, fault: str) -> dict:
+    torch.manual_seed(0)
+    net = Net()
+    model = DDP(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    try:
+        with loopcheck.probe(model, opt, on_finding="raise", summary=False, every=5) as probe:
+            for i, (x, y) in enumerate(Batches(seed=0, split=rank).epoch(20)):
+                if fault == "nan" and rank == 1 and i == 7:
+                    x = x.clone()
+                    x[0, 0] = float("nan")
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+                if fault == "eval" and rank == 0 and i == 11:
+                    with torch.no_grad():  # rank 0 validates in train mode, twice
+                        net(x)
+                        net(x)
+    except loopcheck.ProbeError as err:
+        return {"raised": err.finding.code, "rank": err.finding.rank, "step": probe.step}
+    return {"raised": None, "step": None}
 
 
 @pytest.mark.parametrize("fault", ["nan", "eval"])
