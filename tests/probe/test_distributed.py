@@ -28,28 +28,44 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, out: str) -> None:
+def _in_group(rank: int, world: int, port: int, run, *args) -> None:
+    """`run(rank, *args)` inside a gloo process group. What the run built (DDP modules, the probe)
+    is released while the group is alive: left to interpreter exit, torch's teardown of DDP
+    sometimes aborts the process (SIGABRT), with or without the probe."""
+    import datetime
+    import gc
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a rank left waiting in a collective fails after the timeout instead of hanging the test
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
-        torch.manual_seed(0)
-        net = Net()
-        model = DDP(net)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        log = os.path.join(out, f"run{rank}.jsonl")
-        with loopcheck.probe(model, opt, log=log, on_finding="ignore", summary=False, every=5) as probe:
-            for i, (x, y) in enumerate(Batches(seed=0, split=rank).epoch(20)):
-                if rank == 1 and i == 7:
-                    with torch.no_grad():
-                        net.mid.weight[2, 2] = float("nan")
-                opt.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                opt.step()
-        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-            json.dump([fd.to_dict() for fd in probe.findings], f)
+        run(rank, *args)
+        gc.collect()
     finally:
         dist.destroy_process_group()
+
+
+def _worker(rank: int, world: int, port: int, out: str) -> None:
+    _in_group(rank, world, port, _logged_run, out)
+
+
+def _logged_run(rank: int, out: str) -> None:
+    torch.manual_seed(0)
+    net = Net()
+    model = DDP(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    log = os.path.join(out, f"run{rank}.jsonl")
+    with loopcheck.probe(model, opt, log=log, on_finding="ignore", summary=False, every=5) as probe:
+        for i, (x, y) in enumerate(Batches(seed=0, split=rank).epoch(20)):
+            if rank == 1 and i == 7:
+                with torch.no_grad():
+                    net.mid.weight[2, 2] = float("nan")
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump([fd.to_dict() for fd in probe.findings], f)
 
 
 def test_nan_on_one_rank_is_reported_with_its_rank_by_rank_0(tmp_path):
@@ -67,23 +83,12 @@ def test_nan_on_one_rank_is_reported_with_its_rank_by_rank_0(tmp_path):
 
 
 def _raising_worker(rank: int, world: int, port: int, out: str, fault: str) -> None:
-    import datetime
-    import gc
+    _in_group(rank, world, port, _raising_run_to_file, out, fault)
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    # a rank left waiting in a collective fails after the timeout instead of hanging the test
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
-    try:
-        result = _raising_run(rank, fault)
-        with open(os.path.join(out, f"raise{rank}.json"), "w") as f:
-            json.dump(result, f)
-        # The DDP module of a step interrupted by an exception is released while its process
-        # group is alive: left to interpreter exit, torch's teardown sometimes aborts the
-        # process (SIGABRT), with or without the probe.
-        gc.collect()
-    finally:
-        dist.destroy_process_group()
+
+def _raising_run_to_file(rank: int, out: str, fault: str) -> None:
+    with open(os.path.join(out, f"raise{rank}.json"), "w") as f:
+        json.dump(_raising_run(rank, fault), f)
 
 
 def _raising_run(rank: int, fault: str) -> dict:
