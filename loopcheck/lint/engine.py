@@ -128,9 +128,7 @@ def _may_matter(data: bytes, path: str, project: Any) -> bool:
     library or a web application is neither, and is not parsed at all."""
     if _RELEVANT.search(data):
         return True
-    if project is None or path.startswith("<"):
-        return False
-    if not hasattr(project, "reach_mentions"):
+    if project is None or path.startswith("<") or not hasattr(project, "reach_mentions"):
         return False
     if project.summary(Path(path)) is None:
         return True  # Python cannot read it either: the parser says why

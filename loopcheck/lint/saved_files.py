@@ -788,13 +788,8 @@ class ProjectFiles:
     def _own_module(self, source: str, path: str) -> _Module | None:
         """The linted text's module: the project's parse of the file when the text is the file's
         (most runs), its own parse when it is not (an open buffer, a fix attempt)."""
-        if self.project is not None:
-            try:
-                data = self.project.read(Path(self.here))
-            except OSError:
-                data = None
-            if data is not None and data.decode("utf-8", "replace").lstrip("\ufeff") == source:
-                return _module_at(self.project, self.here)
+        if self.project is not None and self.project.parsed_as(path, source) is not None:
+            return _module_at(self.project, self.here)
         return _parse(source, path)
 
     def _defined(self, name: str) -> bool:

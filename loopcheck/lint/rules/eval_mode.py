@@ -19,6 +19,7 @@ from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind,
 from loopcheck.lint.rules._shared import Trace, exclusive, guard_key, inside, outermost
 from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule, module_nodes
+from loopcheck.lint.syntax import walk
 
 K = EventKind
 _MODES = (K.TRAIN_MODE, K.EVAL_MODE)
@@ -613,14 +614,8 @@ def _frozen_forwards(ctx: FileContext) -> Iterator[tuple[Loop, Event]]:
 
 def _plain_names(expr: cst.CSTNode) -> set[str]:
     """The variable names an expression reads (`x.to(device)` -> x, device; not attribute names)."""
-    if isinstance(expr, cst.Name):
-        return {expr.value}
-    if isinstance(expr, cst.Attribute):
-        return _plain_names(expr.value)
-    out: set[str] = set()
-    for child in expr.children:
-        out |= _plain_names(child)
-    return out
+    return {n.value for n, parent in walk(expr)
+            if type(n) is cst.Name and not (type(parent) is cst.Attribute and parent.attr is n)}
 
 
 # ---------------------------------------------------------------------------------------------
