@@ -7,8 +7,15 @@ directory holding a pyproject.toml or .git, else the working directory), one JSO
 - the file's bytes hash the same,
 - loopcheck's version, its linter code and the rule pages' metadata (names, severities, fix
   kinds) are unchanged (they name the cache's folder, so an upgrade starts afresh), and
-- every local module the file imports (directly or through other local modules) hashes the
-  same: the loop model follows calls into them, so editing `model.py` invalidates `train.py`.
+- every other project file the result depends on hashes the same: the files importing it
+  (their loop models may report into it) and every project file those analyses and its own
+  read (the modules a model followed calls into, what the project saves...), as the engine
+  recorded them.
+
+Beside those per-file results, each file's *analysis* (every finding its model makes, wherever
+located) is kept under `analyses/`, valid while the file and the project files that analysis
+read are unchanged. After one file is edited, only the analyses that read it run again; the
+results of the files they report into are assembled from the rest as kept.
 
 Unreadable or malformed entries are treated as missing and overwritten. Writing is best effort:
 a read-only tree just runs without a cache.
@@ -32,7 +39,7 @@ from loopcheck.lint.output.report import FileError
 
 DIRNAME = ".loopcheck_cache"
 _UNSEEN = object()
-SCHEMA = 1
+SCHEMA = 2
 _MAX_DEPS = 20_000  # as many as a project walk finds (project._MAX_FILES)
 
 
@@ -92,6 +99,10 @@ def _finding_from_json(d: dict[str, Any]) -> Finding:
     )
 
 
+def _facts(raw: dict[str, Any]) -> list[tuple[str, tuple[str, ...], bool]]:
+    return [(p, tuple(words), bool(answer)) for p, words, answer in raw["facts"]]
+
+
 def local_imports(path: Path, source: bytes | None = None) -> list[Path]:
     """The project's own modules that `path` imports, as the project resolves them."""
     from loopcheck.lint.engine import project_for
@@ -140,6 +151,8 @@ class Cache:
             deps = raw["deps"]
             if not isinstance(deps, dict) or any(self.file_hash(p) != h for p, h in deps.items()):
                 return self._miss()
+            if not self._facts_hold(path, raw):
+                return self._miss()
             entry = Entry(
                 findings=[_finding_from_json(d) for d in raw["findings"]],
                 errors=[FileError(e["path"], e["line"], e["message"], e.get("code"), e.get("column")) for e in raw["errors"]],
@@ -153,25 +166,121 @@ class Cache:
         self.misses += 1
         return None
 
-    def put(self, path: Path, data: bytes, key: str, findings: Iterable[Finding], errors: Iterable[FileError]) -> None:
+    def put(self, path: Path, data: bytes, key: str, findings: Iterable[Finding], errors: Iterable[FileError],
+            depends_on: Iterable[str] | None = None, facts: Iterable[tuple[str, tuple[str, ...], bool]] | None = None,
+            ) -> None:
+        """Keep a file's results; `depends_on` and `facts`: the other files and the answers about
+        reach they depend on, as the engine recorded them (else worked out from the project's
+        imports, more broadly)."""
         if not self._writable:
             return
-        deps = self._dependencies(path, data)
+        if depends_on is not None:
+            here = os.path.abspath(path)
+            deps = {p: self.file_hash(p) for p in depends_on if p != here}
+        else:
+            deps = self._dependencies(path, data)
         doc = {
             "schema": SCHEMA,
             "path": str(path.resolve()),
             "sha": digest(data),
             "deps": deps,
+            **self._facts_doc(path, facts),
             "findings": [_finding_to_json(f) for f in findings],
             "errors": [{"path": e.path, "line": e.line, "message": e.message, "code": e.code, "column": e.column}
                        for e in errors],
         }
-        target = self._entry_path(path, key)
+        self._write(self._entry_path(path, key), doc)
+
+    # ---- analyses ------------------------------------------------------------------------------
+
+    def _analysis_path(self, path: str, codes: tuple[str, ...]) -> Path:
+        name = digest(f"{os.path.realpath(path)}\0{','.join(codes)}".encode())[:32]
+        return self.dir / "analyses" / name[:2] / f"{name}.json"
+
+    def analysis(self, path: str, codes: tuple[str, ...], promised: bool) -> Any:
+        """The kept analysis of `path` with these codes enabled (an engine `FileResult`), while
+        the file and every project file it read hash as they did; None otherwise. `promised`:
+        it must also say what `--fix` would fix in the file."""
+        from loopcheck.lint.engine import FileResult, LintError
+
+        try:
+            raw = json.loads(self._analysis_path(path, codes).read_text(encoding="utf-8"))
+            if raw.get("schema") != SCHEMA or raw.get("sha") != self.file_hash(path):
+                return None
+            if promised and not raw["promised"]:
+                return None
+            deps = raw["deps"]
+            if not isinstance(deps, dict) or any(self.file_hash(p) != h for p, h in deps.items()):
+                return None
+            if not self._facts_hold(path, raw):
+                return None
+            facts = _facts(raw)
+            applied = raw["fixes_applied"]
+            return FileResult(
+                path,
+                findings=[_finding_from_json(d) for d in raw["findings"]],
+                errors=[LintError(e["path"], e["line"], e["message"], e.get("code")) for e in raw["errors"]],
+                skipped=bool(raw["skipped"]),
+                fixes_applied={k: [tuple(x) for x in v] for k, v in applied.items()} if applied is not None else None,
+                consulted=list(deps),
+                facts=facts,
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def keep_analysis(self, result: Any, codes: tuple[str, ...], promised: bool) -> None:
+        """Keep an analysis the engine just made (`result.consulted`: the files it read)."""
+        if not self._writable or result.consulted is None:
+            return
+        doc = {
+            "schema": SCHEMA,
+            "path": os.path.realpath(result.path),
+            "sha": self.file_hash(result.path),
+            "deps": {p: self.file_hash(p) for p in result.consulted},
+            **self._facts_doc(result.path, result.facts),
+            "promised": promised,
+            "skipped": result.skipped,
+            "findings": [_finding_to_json(f.with_(path=f.path or result.path)) for f in result.findings],
+            "errors": [e.to_dict() for e in result.errors],
+            "fixes_applied": result.fixes_applied,
+        }
+        self._write(self._analysis_path(result.path, codes), doc)
+
+    def _facts_doc(self, path: str | Path, facts: Iterable[tuple[str, tuple[str, ...], bool]] | None) -> dict[str, Any]:
+        """A result's answers about reach, with the hashes of the files they were read from
+        (while those are unchanged, the answers need not be asked again)."""
+        facts = list(facts or ())
+        reached: dict[str, None] = {}
+        if facts:
+            from loopcheck.lint.engine import project_for
+
+            project = project_for(path)
+            for p, _, _ in facts:
+                reached[p] = None
+                reached.update(dict.fromkeys(project.reach(p)))
+        return {"facts": [[p, list(words), answer] for p, words, answer in facts],
+                "facts_read": {p: self.file_hash(p) for p in reached}}
+
+    def _facts_hold(self, path: str | Path, raw: dict[str, Any]) -> bool:
+        """Whether a kept result's answers about reach are still right: the files they were read
+        from are unchanged, or asking again gives the same answers (an edit that changes neither
+        a module's imports nor which words it mentions)."""
+        read = raw["facts_read"]
+        if not isinstance(read, dict):
+            return False
+        if all(self.file_hash(p) == h for p, h in read.items()):
+            return True
+        from loopcheck.lint.engine import project_for
+
+        project = project_for(path)
+        return all(project.reach_mentions(Path(p), words) == answer for p, words, answer in _facts(raw))
+
+    def _write(self, target: Path, doc: dict[str, Any]) -> None:
         try:
             self._prepare(target.parent)
             fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh)
+                fh.write(json.dumps(doc))  # one call into the C encoder (`json.dump` encodes in Python)
             os.replace(tmp, target)
         except OSError:
             self._writable = False

@@ -356,7 +356,7 @@ class _Run:
         for f in todo + here:
             union |= configs[f].enabled_codes
         promise = not (self.opts.fix or self.opts.diff)
-        results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise))
+        results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise, cache))
         for f in here:
             results.append((f, _check_one((str(f), EnabledCodes(union), data[f], self.opts.stdin_filename is not None))))
         for f, result in results:
@@ -368,7 +368,8 @@ class _Run:
                 outcome = self.promise_only_applied(f, configs[f], outcome, data[f], applied)
             outcomes[f] = outcome
             if cache is not None and f not in here and not is_notebook(f):
-                cache.put(f, data[f], self.cache_key(configs[f]), outcome.findings, outcome.errors)
+                cache.put(f, data[f], self.cache_key(configs[f]), outcome.findings, outcome.errors,
+                          getattr(result, "consulted", None), getattr(result, "facts", None))
         return outcomes
 
     def promise_only_applied(self, f: Path, config: Config, outcome: FileOutcome, data: bytes,
@@ -637,13 +638,15 @@ def _check_one(args: tuple) -> Any:
 
 
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None,
-                 promise_fixes: bool = False) -> Iterable[tuple[Path, Any]]:
+                 promise_fixes: bool = False, store: Any = None) -> Iterable[tuple[Path, Any]]:
     """Engine results of each file: the Python files in one run of the engine (each analysed
-    once, in parallel processes when there are enough), notebooks one by one."""
+    once, in parallel processes when there are enough, or taken from `store` where still
+    valid), notebooks one by one."""
     from loopcheck.lint.engine import check_files
     from loopcheck.lint.notebook import is_notebook
 
     scripts = [f for f in files if not is_notebook(str(f))]
-    results = dict(zip(scripts, check_files(scripts, enabled=enabled, jobs=jobs, promise_fixes=promise_fixes)))
+    results = dict(zip(scripts, check_files(scripts, enabled=enabled, jobs=jobs, promise_fixes=promise_fixes,
+                                            store=store)))
     for f in files:
         yield f, results[f] if f in results else _check_one((str(f), enabled))

@@ -27,7 +27,7 @@ import tokenize
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from loopcheck.findings import Finding
 from loopcheck.lint.discovery import discover  # noqa: F401  (re-exported: discovery lives there)
@@ -77,6 +77,12 @@ class FileResult:
     # what `--fix` would fix in this file, per kind of fix, worked out where it was analysed
     # (`check_files(promise_fixes=True)`; see `fixes.files.keep_applied`)
     fixes_applied: dict[str, list[tuple[str, int, int]]] | None = None
+    # the other project files the result depends on (absolute paths): for an analysis, those it
+    # read; for a file's result from `check_files`, also the files whose analyses report into it
+    # and what those read
+    consulted: list[str] | None = None
+    # answers about what modules reach that the analysis depended on: (real path, words, answer)
+    facts: list[tuple[str, tuple[str, ...], bool]] | None = None
 
 
 @dataclass
@@ -192,12 +198,13 @@ def check_source(
     text in memory (a fix attempt) stands alone. `parsed`: the text's libcst module when the
     caller has parsed it already."""
     result = FileResult(path)
-    text = _text_to_check(source, path, project, result)
-    if text is None:
-        return result
-    with _deep_recursion():
-        seen = project if on_disk or project is None else _Transient(project, text)
-        return _check_parsed(text, path, enabled, seen, result, parsed)
+    with _consulting(project) as read:
+        text = _text_to_check(source, path, project, result)
+        if text is None:
+            return result
+        with _deep_recursion():
+            seen = project if on_disk or project is None else _Transient(project, text)
+            return _check_parsed(text, path, enabled, seen, result, parsed, read)
 
 
 def _text_to_check(source: str | bytes, path: str, project: Any, result: FileResult) -> str | None:
@@ -258,13 +265,13 @@ class _Transient:
 
 
 def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project: Any, result: FileResult,
-                  parsed: Any = None) -> FileResult:
+                  parsed: Any = None, read: Any = None) -> FileResult:
     kept = project.findings_of(path, _codes_key(enabled)) if hasattr(project, "findings_of") else None
     if kept is not None:  # analysed earlier in this run, for a module it imports
         findings, lines = kept[0], text.splitlines()
         result.errors.extend(kept[1])
     else:
-        analysed = _analyse(text, path, enabled, project, result.errors, parsed)
+        analysed = _analyse(text, path, enabled, project, result.errors, parsed, read)
         if analysed is None:
             return result
         findings, lines = analysed
@@ -278,10 +285,12 @@ def _check_parsed(text: str, path: str, enabled: Callable[[str], bool], project:
 
 def _analyse(
     text: str, path: str, enabled: Callable[[str], bool], project: Any, errors: list[LintError], parsed: Any = None,
+    read: Any = None,
 ) -> tuple[list[Finding], list[str]] | None:
     """Every finding the rules make from this file's model (unsuppressed; some may point into
     project files the model followed), and the file's lines; None when it cannot be analysed
-    (the reason appended to `errors`)."""
+    (the reason appended to `errors`). `read`: the project files read so far for this analysis
+    (kept with its findings, which stay valid while those are unchanged)."""
     import libcst as cst
 
     from loopcheck.lint.positions import register_source
@@ -336,7 +345,7 @@ def _analyse(
 
     findings = attach_fixes(findings, ctx)  # the `fix` field of findings whose code has a fixer
     if _real(path) and hasattr(project, "keep_findings"):
-        project.keep_findings(path, _codes_key(enabled), (findings, [e for e in errors if e.path == path]))
+        project.keep_findings(path, _codes_key(enabled), (findings, [e for e in errors if e.path == path]), read)
     return findings, ctx.lines
 
 
@@ -376,13 +385,33 @@ def _analysed(path: str, enabled: Callable[[str], bool], project: Any) -> FileRe
     except OSError as exc:
         result.errors.append(LintError(path, None, f"cannot read: {exc.strerror or exc}"))
         return result
-    text = _text_to_check(data, path, project, result)
-    if text is not None:
-        with _deep_recursion():
-            analysed = _analyse(text, path, enabled, project, result.errors)
-        if analysed is not None:
-            result.findings = analysed[0]
+    with _consulting(project) as read:
+        text = _text_to_check(data, path, project, result)
+        if text is not None:
+            with _deep_recursion():
+                analysed = _analyse(text, path, enabled, project, result.errors, read=read)
+            if analysed is not None:
+                result.findings = analysed[0]
+    result.consulted = _others(read, path)
+    result.facts = [(p, words, answer) for (p, words), answer in read.facts.items()]
     return result
+
+
+@contextmanager
+def _consulting(project: Any) -> Iterator[Any]:
+    """What the block reads of the project (`Project.consulting`), where the project records it."""
+    if hasattr(project, "consulting"):
+        with project.consulting() as read:
+            yield read
+    else:
+        from loopcheck.lint.project import Reads
+
+        yield Reads()
+
+
+def _others(read: Any, path: str) -> list[str]:
+    here = os.path.abspath(path)
+    return [p for p in read.files if p != here]
 
 
 _ALL_CODES: tuple[str, ...] = ()
@@ -391,10 +420,10 @@ _ALL_CODES: tuple[str, ...] = ()
 def _codes_key(enabled: Callable[[str], bool]) -> tuple[str, ...]:
     """The codes `enabled` lets through: what a kept analysis of a file depends on."""
     global _ALL_CODES
-    if not _ALL_CODES:
-        from loopcheck.lint.rules.base import all_rules
+    if not _ALL_CODES:  # from the rule pages: a run served by the cache never imports the rules
+        from loopcheck.catalog import codes
 
-        _ALL_CODES = tuple(r.code for r in all_rules())
+        _ALL_CODES = tuple(codes("LC"))
     return tuple(c for c in _ALL_CODES if enabled(c))
 
 
@@ -528,9 +557,18 @@ def _import_analysis() -> None:
     all_rules()
 
 
+class AnalysisStore(Protocol):
+    """Where analyses outlive a run (the lint cache): an analysis is reused while its file and
+    every project file it read are unchanged."""
+
+    def analysis(self, path: str, codes: tuple[str, ...], promised: bool) -> FileResult | None: ...
+
+    def keep_analysis(self, result: FileResult, codes: tuple[str, ...], promised: bool) -> None: ...
+
+
 def check_files(
     files: Sequence[str | Path], *, enabled: Callable[[str], bool] = _everything, jobs: int | None = None,
-    promise_fixes: bool = False,
+    promise_fixes: bool = False, store: AnalysisStore | None = None,
 ) -> list[FileResult]:
     """Results of each file, in the files' order whatever the parallelism.
 
@@ -542,22 +580,25 @@ def check_files(
 
     `promise_fixes`: also work out, in the same worker, what `--fix` would fix in each file
     whose own findings carry fixes (`FileResult.fixes_applied`): the fix runs re-lint the file,
-    which is cheap where its project is already parsed."""
+    which is cheap where its project is already parsed.
+
+    `store`: analyses kept from earlier runs are reused while valid, and new ones are kept there;
+    each result then lists in `consulted` every file it depends on besides its own."""
     _PROJECTS.clear()  # a new run: nothing kept from an earlier one (pool workers start from here)
+    if not files:
+        return []
     names = [str(f) for f in files]
     tasks = [(n, enabled, promise_fixes) for n in names]
     tasks += [(n, enabled, False) for n in _unlinted_dependents(names)]
-    workers = min(jobs or os.cpu_count() or 1, len(tasks))
-    if workers > 1 and len(tasks) >= _PARALLEL_MIN_FILES and _picklable(enabled):
-        from concurrent.futures import ProcessPoolExecutor
-
-        _import_analysis()  # once here rather than in every worker (they start as copies of this process)
-        chunk = max(1, min(8, len(tasks) // (workers * 16)))
-        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
-            analyses = list(pool.map(_analyse_one, tasks, chunksize=chunk))
-    else:
-        with _collector_relaxed():
-            analyses = [_analyse_one(task) for task in tasks]
+    codes = _codes_key(enabled)
+    analyses: list[FileResult | None] = [store.analysis(t[0], codes, t[2]) for t in tasks] if store else [None] * len(tasks)
+    todo = [t for t, a in zip(tasks, analyses) if a is None]
+    fresh = iter(_analyse_all(todo, enabled, jobs))
+    analyses = [a if a is not None else next(fresh) for a in analyses]
+    if store is not None:
+        for task, analysis in zip(tasks, analyses):
+            if task in todo:
+                store.keep_analysis(analysis, codes, task[2])
     located: dict[str, list[Finding]] = {}
     for analysis in analyses:
         for f in analysis.findings:
@@ -571,7 +612,45 @@ def check_files(
             result.findings, result.suppressions_used = _suppress(_dedupe(found), name, _text_lines(name), None)
             result.findings.sort(key=_order)
         results.append(result)
+    if store is not None:
+        by_path = {os.path.realpath(a.path): a for a in analyses}
+        for result in results:
+            result.consulted, result.facts = _depended_on(result.path, by_path)
     return results
+
+
+def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: Callable[[str], bool],
+                 jobs: int | None) -> list[FileResult]:
+    workers = min(jobs or os.cpu_count() or 1, len(tasks))
+    if workers > 1 and len(tasks) >= _PARALLEL_MIN_FILES and _picklable(enabled):
+        from concurrent.futures import ProcessPoolExecutor
+
+        _import_analysis()  # once here rather than in every worker (they start as copies of this process)
+        chunk = max(1, min(8, len(tasks) // (workers * 16)))
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
+            return list(pool.map(_analyse_one, tasks, chunksize=chunk))
+    with _collector_relaxed():
+        return [_analyse_one(task) for task in tasks]
+
+
+def _depended_on(path: str, analyses: dict[str, FileResult]) -> tuple[list[str], list[tuple[str, tuple[str, ...], bool]]]:
+    """What the result of `path` depends on besides its own file: the files importing it (their
+    analyses may report into it, whatever they report now), and what each of those analyses,
+    and its own, read (files, and answers about reach)."""
+    project = project_for(path)
+    here = os.path.abspath(path)
+    files: dict[str, None] = {}
+    facts: dict[tuple[str, tuple[str, ...]], bool] = {}
+    contributors = [os.path.realpath(path)] + (project.dependents(Path(path)) if project is not None else [])
+    for name in contributors:
+        files[os.path.abspath(name)] = None
+        analysis = analyses.get(name)
+        if analysis is not None:
+            files.update(dict.fromkeys(analysis.consulted or ()))
+            facts.update(((p, words), answer) for p, words, answer in analysis.facts or ())
+    files.pop(here, None)
+    files.pop(os.path.realpath(path), None)
+    return list(files), [(p, words, answer) for (p, words), answer in facts.items()]
 
 
 def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:

@@ -21,9 +21,10 @@ import os
 import re
 import sys
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
@@ -100,7 +101,9 @@ class Project:
         self._words: dict[str, list[str]] | None = None  # word -> project files holding it
         self._overlays: dict[str, tuple[int, str]] = {}  # open buffers: path -> (version, text)
         self._version = 0
-        self._findings: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int] | None, list]] = {}
+        # a file's analysis, kept with the stamps of every file it read (`consulting`)
+        self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, list]] = {}
+        self._consulting: list[Reads] = []  # open analyses: what each has read
 
     @classmethod
     def for_path(cls, path: str | Path) -> "Project":
@@ -182,7 +185,6 @@ class Project:
                 return
             self._version += 1
             self._overlays[key] = (self._version, text)
-        self._findings.clear()
         self._edited.add(key)  # what reaches what is settled again only if its imports or words changed
 
     def refresh(self) -> None:
@@ -197,6 +199,36 @@ class Project:
         self._reach.clear()
         self._mentions.clear()
 
+    # ---- what an analysis reads ------------------------------------------------------------------
+
+    @contextmanager
+    def consulting(self) -> Iterator["Reads"]:
+        """Record what an analysis reads of the project while the block runs (files parsed, read
+        or summarised; answers about what modules reach): its result depends on exactly those
+        besides its own file. Nested analyses (a dependent analysed on the way) record their own."""
+        reads = Reads()
+        self._consulting.append(reads)
+        try:
+            yield reads
+        finally:
+            self._consulting.pop()
+
+    @contextmanager
+    def _unrecorded(self) -> Iterator[None]:
+        self._consulting.append(Reads())
+        try:
+            yield
+        finally:
+            self._consulting.pop()
+
+    def _note(self, path: Path | str) -> None:
+        if self._consulting:
+            self._consulting[-1].files[os.path.abspath(path)] = None
+
+    def _notes(self, paths: Iterable[str]) -> None:
+        if self._consulting:
+            self._consulting[-1].files.update(dict.fromkeys(os.path.abspath(p) for p in paths))
+
     def stamp(self, path: Path) -> tuple[int, int] | None:
         """What changes when the text this project reads for `path` changes (an open buffer's
         version, else the file's size and time); None when it cannot be read."""
@@ -205,6 +237,7 @@ class Project:
 
     def read(self, path: Path) -> bytes:
         """The bytes of `path` as this project sees them (an open buffer's, else the file's)."""
+        self._note(path)
         found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
         return found[1].encode("utf-8", "surrogatepass") if found is not None else path.read_bytes()
 
@@ -219,6 +252,7 @@ class Project:
     def parse(self, path: Path) -> ParsedModule | None:
         """The parsed module at `path`, or None when it cannot be read, decoded or parsed."""
         key = os.path.abspath(path)
+        self._note(key)
         stamp = self.stamp(path)
         if stamp is None:
             return None
@@ -290,6 +324,7 @@ class Project:
     def summary(self, path: Path) -> ModuleSummary | None:
         """The module summary of `path` (None when it cannot be read or parsed)."""
         key = os.path.abspath(path)
+        self._note(key)
         stamp = self.stamp(path)
         cached = self._summaries.get(key)
         if cached is not None and cached[0] == stamp:
@@ -303,6 +338,7 @@ class Project:
         if cached is not None and self._reach_changed(cached[1], found):
             self._reach.clear()
             self._mentions.clear()
+            self._importers.clear()
         self._summaries[key] = (stamp, found)
         return found
 
@@ -344,10 +380,13 @@ class Project:
                 found[resolved] = None
         return list(found)
 
-    def reach(self, path: Path) -> tuple[str, ...]:
+    def reach(self, path: Path | str) -> tuple[str, ...]:
         """Every project module `path` reaches through imports, transitively (resolved paths,
         breadth first, `path` itself excluded)."""
         self._settle_edits()
+        found = self._reach.get(path) if type(path) is str else None  # type: ignore[call-overload]
+        if found is not None:  # already a real path asked about (the hot case)
+            return found
         key = os.path.realpath(path)
         if key not in self._reach:
             seen: dict[str, None] = {key: None}
@@ -407,7 +446,9 @@ class Project:
 
     def files_mentioning(self, word: str) -> list[str]:
         """The project files (real paths) whose text has `word` as a whole word."""
-        return list(self._holding(word))
+        found = list(self._holding(word))
+        self._notes(found)
+        return found
 
     def _holding(self, word: str) -> list[str]:
         """The project files whose text has `word` as a whole word (an index built once)."""
@@ -424,28 +465,44 @@ class Project:
             self._words = index
         return self._words.get(word, [])
 
-    def keep_findings(self, path: str, codes: tuple[str, ...], findings: tuple[list, list]) -> None:
-        """Remember the findings (and errors) of one file's analysis for the rest of the run."""
-        self._findings[(os.path.abspath(path), codes)] = (self.stamp(Path(path)), findings)
+    def keep_findings(self, path: str, codes: tuple[str, ...], findings: tuple[list, list],
+                      reads: "Reads | None" = None) -> None:
+        """Remember the findings (and errors) of one file's analysis for the rest of the run,
+        with the stamps of the file and of the project files the analysis read."""
+        key = os.path.abspath(path)
+        reads = reads or Reads()
+        stamps = {p: self.stamp(Path(p)) for p in (key, *reads.files)}
+        self._findings[(key, codes)] = (stamps, dict(reads.facts), findings)
 
     def findings_of(self, path: str, codes: tuple[str, ...]) -> tuple[list, list] | None:
-        """The findings and errors kept for `path` with these codes enabled, while the file is
-        unchanged."""
+        """The findings and errors kept for `path` with these codes enabled, while neither the
+        file nor anything its analysis read has changed (an edited buffer included)."""
         found = self._findings.get((os.path.abspath(path), codes))
-        if found is None or found[0] != self.stamp(Path(path)):
+        if found is None or not self.still(found[0], found[1]):
             return None
-        return found[1]
+        if self._consulting:  # an analysis reusing this one read what it read
+            self._notes(found[0])
+            self._consulting[-1].facts.update(found[1])
+        return found[2]
+
+    def still(self, stamps: dict[str, Any], facts: dict[tuple[str, tuple[str, ...]], bool]) -> bool:
+        """Whether files have these stamps and questions about reach get these answers."""
+        return (all(self.stamp(Path(p)) == stamp for p, stamp in stamps.items())
+                and all(self.reach_mentions(Path(p), words) == answer for (p, words), answer in facts.items()))
 
     def reach_mentions(self, path: Path, words: tuple[str, ...]) -> bool:
         """Whether a module `path` reaches mentions one of `words` (lower case, any case in the
         text). True when a reached module cannot be summarised: it may. (A module in an import
         cycle reaches itself.) Settled for every module met on the way, once per run: each
         strongly connected part of the import graph is walked once, not once per importer."""
-        self._settle_edits()
         key = os.path.realpath(path)
-        known = self._mentions.setdefault(words, {})
-        if key not in known:
-            self._settle(key, words, known)
+        with self._unrecorded():  # the answer is what the asking analysis depends on
+            self._settle_edits()
+            known = self._mentions.setdefault(words, {})
+            if key not in known:
+                self._settle(key, words, known)
+        if self._consulting:
+            self._consulting[-1].facts[(key, words)] = known[key]
         return known[key]
 
     def _settle(self, start: str, words: tuple[str, ...], known: dict[str, bool]) -> None:
@@ -503,6 +560,16 @@ class Project:
                 if work:
                     parent = work[-1][0]
                     reaches[parent] = reaches[parent] or answer or mentions(node)
+
+
+@dataclass
+class Reads:
+    """What one analysis read of its project: files (absolute paths), and answers to "does a
+    module this one reaches mention one of these words?" ((real path, words) -> answer), which
+    depend on what the reached modules import and mention, not on the rest of their text."""
+
+    files: dict[str, None] = field(default_factory=dict)
+    facts: dict[tuple[str, tuple[str, ...]], bool] = field(default_factory=dict)
 
 
 # The name the engine and older callers used for the project.

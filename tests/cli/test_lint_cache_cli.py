@@ -78,6 +78,17 @@ def test_no_cache_neither_reads_nor_writes(lint, two_files, checked):
     assert "from the cache" not in {f["message"] for f in report(lint, "--no-cache")["findings"]}
 
 
+def test_corrupt_analyses_are_analysed_again(lint, two_files, checked):
+    cold = report(lint)
+    for entry in results_in(two_files / ".loopcheck_cache"):
+        entry.unlink()
+    for i, entry in enumerate(analyses_in(two_files / ".loopcheck_cache")):
+        entry.write_bytes([b"", b"\x00\xff garbage", b'{"schema": 2, "sha": null}'][i])
+    checked.clear()
+    assert report(lint) == cold
+    assert sorted(checked) == ["ckpt.py", "model.py", "train.py"]
+
+
 def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
     cold = report(lint)
     entries = results_in(two_files / ".loopcheck_cache")
@@ -88,12 +99,16 @@ def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
     result = lint(".", "-f", "json", "--jobs", "1")
     assert result.exit_code == 1 and result.stderr == ""
     assert json.loads(result.stdout) == cold
-    assert len(checked) == 3
+    assert checked == []  # each file's result is assembled again from the analyses kept beside it
 
 
 def results_in(cache: Path) -> list[Path]:
-    """The stored lint results (module summaries kept beside them left out)."""
-    return [p for p in cache.rglob("*.json") if "summaries" not in p.parts]
+    """The stored lint results of files (module summaries and analyses kept beside them left out)."""
+    return [p for p in cache.rglob("*.json") if "summaries" not in p.parts and "analyses" not in p.parts]
+
+
+def analyses_in(cache: Path) -> list[Path]:
+    return [p for p in cache.rglob("*.json") if "analyses" in p.parts]
 
 
 def test_a_load_is_rechecked_when_another_module_changes_what_it_saves(lint, project, checked):
@@ -105,3 +120,84 @@ def test_a_load_is_rechecked_when_another_module_changes_what_it_saves(lint, pro
     found = {(f["path"], f["code"]) for f in report(lint)["findings"]}
     assert ("ckpt.py", "LC508") in found  # a pickled module now: the load is reported again
     assert "ckpt.py" in checked
+
+
+SEED_AND_STEP = """\
+SEED = 1234
+
+
+def warmup(step, base):
+    return base * min(1.0, step / 100)
+"""
+
+STEP_MODULE = """\
+import torch
+
+
+def train_step(model, batch, optimizer, criterion):
+    optimizer.zero_grad()
+    loss = criterion(model(batch[0]), batch[1])
+    optimizer.step()
+    loss.backward()
+    return loss
+"""
+
+DRIVER = """\
+import torch
+from torch import nn
+
+from settings import SEED
+from steps import train_step
+
+
+def main(loader):
+    torch.manual_seed(SEED)
+    model = nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CrossEntropyLoss()
+    for epoch in range(3):
+        for batch in loader:
+            train_step(model, batch, optimizer, criterion)
+"""
+
+
+@pytest.fixture
+def driver_project(project: Path) -> Path:
+    write(project / "settings.py", SEED_AND_STEP)
+    write(project / "steps.py", STEP_MODULE)
+    write(project / "driver.py", DRIVER)
+    return project
+
+
+def test_an_edit_reanalyses_only_the_files_whose_analyses_read_it(lint, driver_project, checked):
+    cold = report(lint)
+    assert ("steps.py", "LC102") in {(f["path"], f["code"]) for f in cold["findings"]}
+    # settings.py is imported by driver.py, but nothing its model follows reads it
+    write(driver_project / "settings.py", SEED_AND_STEP.replace("100", "200"))
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["settings.py"]
+    # steps.py holds the step driver.py's model follows: both analyses run again, and the
+    # finding driver.py's model made in steps.py goes with the fix
+    write(driver_project / "steps.py", STEP_MODULE.replace(
+        "    optimizer.step()\n    loss.backward()\n", "    loss.backward()\n    optimizer.step()\n"))
+    checked.clear()
+    fixed = report(lint)
+    assert sorted(checked) == ["driver.py", "steps.py"]
+    assert ("steps.py", "LC102") not in {(f["path"], f["code"]) for f in fixed["findings"]}
+    assert fixed == report(lint, "--no-cache")
+
+
+def test_an_answer_about_reach_is_asked_again_only_when_imports_or_words_change(lint, project, checked):
+    # stats.py names nothing of PyTorch itself: it is analysed because what it imports does
+    write(project / "backend.py", "import torch\n\n\ndef mean(xs):\n    return torch.stack(xs).mean()\n")
+    write(project / "stats.py", "import backend\n\n\ndef count(xs):\n    return len(xs)\n")
+    cold = report(lint)
+    write(project / "backend.py", "import torch\n\n\ndef mean(xs):\n    return torch.stack(list(xs)).mean()\n")
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["backend.py"]  # stats.py's analysis read only "backend reaches torch": unchanged
+    write(project / "backend.py", "def mean(xs):\n    return sum(xs) / len(xs)\n")
+    checked.clear()
+    report(lint)
+    assert sorted(checked) == ["backend.py", "stats.py"]

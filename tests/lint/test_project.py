@@ -277,3 +277,51 @@ def test_an_edited_buffer_settles_reach_again_only_when_its_imports_or_words_cha
     assert len(settled) == 2
     project.overlay(helpers, None)  # back to the file on disk
     assert project.reach_mentions(train, ("torch",)) is False
+
+
+def test_a_kept_analysis_stays_while_nothing_it_read_changes(tmp_path: Path, monkeypatch) -> None:
+    """An editor buffer changes one module: the analyses of the files importing it are kept
+    unless they read it (the step their loop calls lives there)."""
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    steps = write(tmp_path / "steps.py", """\
+        def train_step(model, batch, optimizer, criterion):
+            optimizer.zero_grad()
+            loss = criterion(model(batch[0]), batch[1])
+            optimizer.step()
+            loss.backward()
+        """)
+    settings = write(tmp_path / "settings.py", "EPOCHS = 3\n")
+    write(tmp_path / "driver.py", """\
+        import torch
+        from torch import nn
+
+        from settings import EPOCHS
+        from steps import train_step
+
+
+        def main(loader):
+            model = nn.Linear(8, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(EPOCHS):
+                for batch in loader:
+                    train_step(model, batch, optimizer, nn.CrossEntropyLoss())
+        """)
+    project = Project([tmp_path])
+    analysed: list[str] = []
+    original = engine._analyse
+    monkeypatch.setattr(engine, "_analyse", lambda text, path, *a, **k: (analysed.append(Path(path).name), original(text, path, *a, **k))[1])
+
+    def codes_in_steps() -> list[str]:  # as the language server checks a buffer
+        text = project.read(steps).decode()
+        return [f.code for f in engine.check_source(text, str(steps), project=project, on_disk=True).findings]
+
+    assert "LC102" in codes_in_steps()  # made by driver.py's model, located in steps.py
+    assert sorted(analysed) == ["driver.py", "steps.py"]
+    analysed.clear()
+    project.overlay(settings, "EPOCHS = 5\n")
+    assert "LC102" in codes_in_steps()
+    assert analysed == []  # neither analysis read settings.py
+    project.overlay(steps, steps.read_text().replace(
+        "    optimizer.step()\n    loss.backward()\n", "    loss.backward()\n    optimizer.step()\n"))
+    assert "LC102" not in codes_in_steps()  # driver.py's kept analysis read steps.py: made again
+    assert sorted(analysed) == ["driver.py", "steps.py"]
