@@ -99,8 +99,8 @@ def _finding_from_json(d: dict[str, Any]) -> Finding:
     )
 
 
-def _facts(raw: dict[str, Any]) -> list[tuple[str, tuple[str, ...], bool]]:
-    return [(p, tuple(words), bool(answer)) for p, words, answer in raw["facts"]]
+def _facts(raw: dict[str, Any]) -> list[tuple[str, str, Any, Any]]:
+    return [(kind, p, tuple(arg) if isinstance(arg, list) else arg, answer) for kind, p, arg, answer in raw["facts"]]
 
 
 def local_imports(path: Path, source: bytes | None = None) -> list[Path]:
@@ -118,6 +118,9 @@ class Cache:
         self.summaries = self.dir / "summaries"  # module summaries by content (`summary.SummaryStore`)
         self._hashes: dict[Path, str | None] = {}
         self._given: dict[str, str | None] = {}
+        self._answers: dict[tuple[str, str, Any], Any] = {}
+        self._projects: dict[str, Any] = {}
+        self._reached: dict[str, tuple[str, ...]] = {}
         self._writable = True
         self.hits = 0
         self.misses = 0
@@ -151,8 +154,6 @@ class Cache:
             deps = raw["deps"]
             if not isinstance(deps, dict) or any(self.file_hash(p) != h for p, h in deps.items()):
                 return self._miss()
-            if not self._facts_hold(path, raw):
-                return self._miss()
             entry = Entry(
                 findings=[_finding_from_json(d) for d in raw["findings"]],
                 errors=[FileError(e["path"], e["line"], e["message"], e.get("code"), e.get("column")) for e in raw["errors"]],
@@ -167,16 +168,22 @@ class Cache:
         return None
 
     def put(self, path: Path, data: bytes, key: str, findings: Iterable[Finding], errors: Iterable[FileError],
-            depends_on: Iterable[str] | None = None, facts: Iterable[tuple[str, tuple[str, ...], bool]] | None = None,
+            depends_on: Iterable[str] | None = None, facts: Iterable[tuple[str, str, Any, Any]] | None = None,
             ) -> None:
-        """Keep a file's results; `depends_on` and `facts`: the other files and the answers about
-        reach they depend on, as the engine recorded them (else worked out from the project's
-        imports, more broadly)."""
+        """Keep a file's results; `depends_on` and `facts`: the other files and the questions about
+        them they depend on, as the engine recorded them (else worked out from the project's
+        imports, more broadly). A file's result is checked by file hashes alone (a warm run on an
+        unchanged tree reads nothing else): the files its questions were answered from are among
+        its dependencies. When one changed, the result is assembled again from the analyses,
+        which keep the questions themselves."""
         if not self._writable:
             return
         if depends_on is not None:
             here = os.path.abspath(path)
-            deps = {p: self.file_hash(p) for p in depends_on if p != here}
+            files = dict.fromkeys(depends_on)
+            files.update(dict.fromkeys(self._answered_from(path, facts)))
+            files.pop(here, None)
+            deps = {p: self.file_hash(p) for p in files}
         else:
             deps = self._dependencies(path, data)
         doc = {
@@ -184,7 +191,6 @@ class Cache:
             "path": str(path.resolve()),
             "sha": digest(data),
             "deps": deps,
-            **self._facts_doc(path, facts),
             "findings": [_finding_to_json(f) for f in findings],
             "errors": [{"path": e.path, "line": e.line, "message": e.message, "code": e.code, "column": e.column}
                        for e in errors],
@@ -246,34 +252,54 @@ class Cache:
         }
         self._write(self._analysis_path(result.path, codes), doc)
 
-    def _facts_doc(self, path: str | Path, facts: Iterable[tuple[str, tuple[str, ...], bool]] | None) -> dict[str, Any]:
-        """A result's answers about reach, with the hashes of the files they were read from
-        (while those are unchanged, the answers need not be asked again)."""
+    def _facts_doc(self, path: str | Path, facts: Iterable[tuple[str, str, Any, Any]] | None) -> dict[str, Any]:
+        """A result's questions about other files with their answers (`Project.answer`), and the
+        hashes of the files they were answered from (while those are unchanged, the questions
+        need not be asked again)."""
         facts = list(facts or ())
-        reached: dict[str, None] = {}
-        if facts:
-            from loopcheck.lint.engine import project_for
+        return {"facts": [[kind, p, list(arg) if isinstance(arg, tuple) else arg, answer] for kind, p, arg, answer in facts],
+                "facts_read": {p: self.file_hash(p) for p in self._answered_from(path, facts)}}
 
-            project = project_for(path)
-            for p, _, _ in facts:
-                reached[p] = None
-                reached.update(dict.fromkeys(project.reach(p)))
-        return {"facts": [[p, list(words), answer] for p, words, answer in facts],
-                "facts_read": {p: self.file_hash(p) for p in reached}}
+    def _answered_from(self, path: str | Path, facts: Iterable[tuple[str, str, Any, Any]] | None) -> dict[str, None]:
+        """The files the answers to `facts` were read from (a question about reach: every module
+        reached)."""
+        read: dict[str, None] = {}
+        for kind, p, _, _ in facts or ():
+            if p in read:
+                continue
+            read[p] = None
+            if kind == "reach":
+                if p not in self._reached:
+                    self._reached[p] = self._project(path).reach(p)
+                read.update(dict.fromkeys(self._reached[p]))
+        return read
 
     def _facts_hold(self, path: str | Path, raw: dict[str, Any]) -> bool:
-        """Whether a kept result's answers about reach are still right: the files they were read
-        from are unchanged, or asking again gives the same answers (an edit that changes neither
-        a module's imports nor which words it mentions)."""
+        """Whether a kept result's answers are still right: the files they were answered from are
+        unchanged, or asking again gives the same answers (an edit to a function the analysis
+        never read, or one that changes no module's imports)."""
         read = raw["facts_read"]
         if not isinstance(read, dict):
             return False
         if all(self.file_hash(p) == h for p, h in read.items()):
             return True
-        from loopcheck.lint.engine import project_for
+        return all(self._answer(path, kind, p, arg) == answer for kind, p, arg, answer in _facts(raw))
 
-        project = project_for(path)
-        return all(project.reach_mentions(Path(p), words) == answer for p, words, answer in _facts(raw))
+    def _answer(self, asker: str | Path, kind: str, path: str, arg: Any) -> Any:
+        """A question's answer today, asked once per run (entries share most of their questions)."""
+        question = (kind, path, arg)
+        if question not in self._answers:
+            self._answers[question] = self._project(asker).answer(kind, path, arg)
+        return self._answers[question]
+
+    def _project(self, path: str | Path) -> Any:
+        """The engine's project of `path` (its root found once per folder and run)."""
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in self._projects:
+            from loopcheck.lint.engine import project_for
+
+            self._projects[folder] = project_for(path)
+        return self._projects[folder]
 
     def _write(self, target: Path, doc: dict[str, Any]) -> None:
         try:

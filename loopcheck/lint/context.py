@@ -70,25 +70,37 @@ class FileContext:
         return self._nodes[1].get(id(node))
 
     @cached_property
-    def texts(self) -> list[str] | None:
-        """The text of this file, then of every other file the loop model's events come from;
-        None when one of those cannot be read back."""
-        texts = [self.source]
-        paths = {e.path for e in self.model.events if e.path and e.path != self.path}
-        if paths:
-            from pathlib import Path
-
-            from loopcheck.lint.project import parse_path
-
-            for path in sorted(paths):
-                parsed = parse_path(Path(path), self.project)
-                if parsed is None:  # changed or gone since
-                    return None
-                texts.append(parsed.source)
-        return texts
+    def followed(self) -> list[str]:
+        """The other files the loop model's events come from."""
+        return sorted({e.path for e in self.model.events if e.path and e.path != self.path})
 
     def mentions(self, pattern: "re.Pattern[str]") -> bool:
         """Whether `pattern` matches this file or a file the loop model followed (True when the
-        text of a followed file cannot be read back)."""
-        texts = self.texts
-        return texts is None or any(pattern.search(text) for text in texts)
+        text of a followed file cannot be read back). What is asked of another file is recorded
+        with the project: a kept analysis depends on the answer, not on the rest of the text."""
+        if pattern.search(self.source):
+            return True
+        return any(self._searched(path, pattern) is not False for path in self.followed)
+
+    def count(self, pattern: "re.Pattern[str]") -> int | None:
+        """How often `pattern` matches in this file and the files the loop model followed; None
+        when the text of one of them cannot be read back."""
+        total = len(pattern.findall(self.source))
+        for path in self.followed:
+            found = self._searched(path, pattern, count=True)
+            if found is None:
+                return None
+            total += found
+        return total
+
+    def _searched(self, path: str, pattern: "re.Pattern[str]", count: bool = False) -> Any:
+        if hasattr(self.project, "searched"):
+            return self.project.searched(path, pattern, count)
+        from pathlib import Path
+
+        from loopcheck.lint.project import parse_path
+
+        parsed = parse_path(Path(path), self.project)
+        if parsed is None:
+            return None
+        return len(pattern.findall(parsed.source)) if count else bool(pattern.search(parsed.source))

@@ -81,8 +81,9 @@ class FileResult:
     # read; for a file's result from `check_files`, also the files whose analyses report into it
     # and what those read
     consulted: list[str] | None = None
-    # answers about what modules reach that the analysis depended on: (real path, words, answer)
-    facts: list[tuple[str, tuple[str, ...], bool]] | None = None
+    # the questions about other files the result depends on, with their answers:
+    # (kind, path, argument, answer), see `Project.answer`
+    facts: list[tuple[str, str, Any, Any]] | None = None
 
 
 @dataclass
@@ -393,7 +394,7 @@ def _analysed(path: str, enabled: Callable[[str], bool], project: Any) -> FileRe
             if analysed is not None:
                 result.findings = analysed[0]
     result.consulted = _others(read, path)
-    result.facts = [(p, words, answer) for (p, words), answer in read.facts.items()]
+    result.facts = [(*question, answer) for question, answer in read.facts.items()]
     return result
 
 
@@ -614,8 +615,12 @@ def check_files(
         results.append(result)
     if store is not None:
         by_path = {os.path.realpath(a.path): a for a in analyses}
+        projects: dict[str, Any] = {}  # folder -> project (finding a root costs a stat per marker and folder)
         for result in results:
-            result.consulted, result.facts = _depended_on(result.path, by_path)
+            folder = os.path.dirname(os.path.abspath(result.path))
+            if folder not in projects:
+                projects[folder] = project_for(result.path)
+            result.consulted, result.facts = _depended_on(result.path, by_path, projects[folder])
     return results
 
 
@@ -633,24 +638,23 @@ def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: 
         return [_analyse_one(task) for task in tasks]
 
 
-def _depended_on(path: str, analyses: dict[str, FileResult]) -> tuple[list[str], list[tuple[str, tuple[str, ...], bool]]]:
+def _depended_on(path: str, analyses: dict[str, FileResult], project: Any) -> tuple[list[str], list[tuple[str, str, Any, Any]]]:
     """What the result of `path` depends on besides its own file: the files importing it (their
     analyses may report into it, whatever they report now), and what each of those analyses,
-    and its own, read (files, and answers about reach)."""
-    project = project_for(path)
+    and its own, read (files, and questions about others with their answers)."""
     here = os.path.abspath(path)
     files: dict[str, None] = {}
-    facts: dict[tuple[str, tuple[str, ...]], bool] = {}
+    facts: dict[tuple[str, str, Any], Any] = {}
     contributors = [os.path.realpath(path)] + (project.dependents(Path(path)) if project is not None else [])
     for name in contributors:
         files[os.path.abspath(name)] = None
         analysis = analyses.get(name)
         if analysis is not None:
             files.update(dict.fromkeys(analysis.consulted or ()))
-            facts.update(((p, words), answer) for p, words, answer in analysis.facts or ())
+            facts.update(((kind, p, arg), answer) for kind, p, arg, answer in analysis.facts or ())
     files.pop(here, None)
     files.pop(os.path.realpath(path), None)
-    return list(files), [(p, words, answer) for (p, words), answer in facts.items()]
+    return list(files), [(*question, answer) for question, answer in facts.items()]
 
 
 def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:

@@ -17,18 +17,20 @@ Files that cannot be read or parsed are simply not followed.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
+import tokenize
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
-from loopcheck.lint.summary import ModuleSummary, summarize, summary_of
+from loopcheck.lint.summary import ModuleSummary, module_parts, summarize, summary_of
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
     import libcst as cst
@@ -44,6 +46,7 @@ class ParsedModule:
     path: str
     source: str
     module: cst.Module
+    parts: dict[str, str] | None = None  # `summary.module_parts` of the source, once asked for
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -104,6 +107,7 @@ class Project:
         # a file's analysis, kept with the stamps of every file it read (`consulting`)
         self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, list]] = {}
         self._consulting: list[Reads] = []  # open analyses: what each has read
+        self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
 
     @classmethod
     def for_path(cls, path: str | Path) -> "Project":
@@ -243,22 +247,28 @@ class Project:
 
     # ---- parsed modules ------------------------------------------------------------------------
 
-    def load(self, from_path: str, module: str, level: int = 0) -> ParsedModule | None:
+    def load(self, from_path: str, module: str, level: int = 0, *, whole: bool = True) -> ParsedModule | None:
+        """The parsed module `module` imported from `from_path`. `whole`: the analysis asking
+        depends on all of it; else the caller notes the parts it reads (`note_part`)."""
         target = self.resolve(from_path, module, level)
         if target is None or os.path.realpath(target) == os.path.realpath(from_path):
             return None
-        return self.parse(target)
+        return self.parse(target, whole=whole)
 
-    def parse(self, path: Path) -> ParsedModule | None:
+    def parse(self, path: Path, *, whole: bool = True) -> ParsedModule | None:
         """The parsed module at `path`, or None when it cannot be read, decoded or parsed."""
         key = os.path.abspath(path)
-        self._note(key)
+        if whole:
+            self._note(key)
         stamp = self.stamp(path)
         if stamp is None:
+            self._note(key)  # gone: the analysis depends on its absence
             return None
         cached = self._parsed.get(key)
         if cached is not None and cached[0] == stamp:
             self._parsed.move_to_end(key)
+            if cached[1] is None:
+                self._note(key)  # cannot be parsed: the analysis depends on that too
             return cached[1]
         parsed: ParsedModule | None = None
         if stamp[0] <= _MAX_BYTES:
@@ -267,7 +277,8 @@ class Project:
             from loopcheck.lint.positions import register_source
 
             try:
-                data = self.read(path)
+                with self._unrecorded():
+                    data = self.read(path)
                 self.parses[key] += 1
                 module = cst.parse_module(data)
                 source = data.decode(module.encoding)  # what `module.code` renders, without rendering it
@@ -279,6 +290,8 @@ class Project:
             except (OSError, cst.ParserSyntaxError, UnicodeDecodeError, RecursionError, ValueError, SyntaxError):
                 parsed = None
         self._keep(key, stamp, parsed)
+        if parsed is None:
+            self._note(key)
         return parsed
 
     def parsed_as(self, path: str, source: str) -> "cst.Module | None":
@@ -485,10 +498,87 @@ class Project:
             self._consulting[-1].facts.update(found[1])
         return found[2]
 
-    def still(self, stamps: dict[str, Any], facts: dict[tuple[str, tuple[str, ...]], bool]) -> bool:
-        """Whether files have these stamps and questions about reach get these answers."""
+    def still(self, stamps: dict[str, Any], facts: dict[tuple[str, str, Any], Any]) -> bool:
+        """Whether files have these stamps and questions about them get these answers."""
         return (all(self.stamp(Path(p)) == stamp for p, stamp in stamps.items())
-                and all(self.reach_mentions(Path(p), words) == answer for (p, words), answer in facts.items()))
+                and all(self.answer(*question) == answer for question, answer in facts.items()))
+
+    # ---- questions an analysis asks about other files -------------------------------------------
+
+    def answer(self, kind: str, path: str, arg: Any) -> Any:
+        """The answer today to one question an analysis asked (`Reads.facts`): "reach" (does a
+        module `path` reaches mention one of the words `arg`?), "part" (the digest of part `arg`
+        of module `path`, `summary.module_parts`), "search" and "count" (does the regular
+        expression `arg` = (pattern, flags) match the text of `path`, how often; None when the
+        text cannot be read)."""
+        with self._unrecorded():
+            if kind == "reach":
+                return self.reach_mentions(Path(path), tuple(arg))
+            if kind == "part":
+                parts = self._parts_of(path)
+                return parts.get(arg) if parts is not None else "*"
+            text = self.text(Path(path))
+            if text is None:
+                return None
+            pattern = re.compile(arg[0], arg[1])
+            return bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
+
+    def _ask(self, kind: str, path: str, arg: Any) -> Any:
+        """Answer, and record the question for the analysis asking."""
+        found = self.answer(kind, path, arg)
+        if self._consulting:
+            self._consulting[-1].facts[(kind, path, arg)] = found
+        return found
+
+    def part_reader(self, parsed: ParsedModule) -> Callable[[str], None]:
+        """What a followed module's unit calls with each part of it the analysis reads (a
+        top-level function or class by name, `summary.MODULE_PART`, or "*" for all of it).
+        Absent parts count too: defining one later changes what the analysis would find."""
+        key = os.path.abspath(parsed.path)
+        if parsed.parts is None:
+            parsed.parts = module_parts(parsed.source) or {"*": ""}
+        parts = parsed.parts
+
+        def note(name: str) -> None:
+            if self._consulting:
+                reads = self._consulting[-1]
+                if name == "*" or "*" in parts:
+                    reads.files[key] = None
+                else:
+                    reads.facts[("part", key, name)] = parts.get(name)
+
+        return note
+
+    def searched(self, path: str, pattern: "re.Pattern[str]", count: bool = False) -> Any:
+        """Whether `pattern` matches the text of `path` (with `count`: how often), recorded for the
+        analysis asking; None when the text cannot be read."""
+        return self._ask("count" if count else "search", os.path.abspath(path), (pattern.pattern, pattern.flags))
+
+    def _parts_of(self, path: str) -> dict[str, str] | None:
+        stamp = self.stamp(Path(path))
+        found = self._parts.get(path)
+        if found is None or found[0] != stamp:
+            text = self.text(Path(path))
+            found = self._parts[path] = (stamp, module_parts(text) if text is not None else None)
+        return found[1]
+
+    def text(self, path: Path) -> str | None:
+        """The text of `path` as this project reads it (the parsed module's, else decoded from its
+        bytes as the parser would), None when it cannot be read."""
+        cached = self._parsed.get(os.path.abspath(path))
+        if cached is not None and cached[1] is not None and cached[0] == self.stamp(path):
+            return cached[1].source
+        with self._unrecorded():
+            try:
+                data = self.read(path)
+            except OSError:
+                return None
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+            text = data.decode(encoding)
+        except (SyntaxError, UnicodeDecodeError, LookupError):
+            return None
+        return text[1:] if text.startswith("\ufeff") else text
 
     def reach_mentions(self, path: Path, words: tuple[str, ...]) -> bool:
         """Whether a module `path` reaches mentions one of `words` (lower case, any case in the
@@ -502,7 +592,7 @@ class Project:
             if key not in known:
                 self._settle(key, words, known)
         if self._consulting:
-            self._consulting[-1].facts[(key, words)] = known[key]
+            self._consulting[-1].facts[("reach", key, words)] = known[key]
         return known[key]
 
     def _settle(self, start: str, words: tuple[str, ...], known: dict[str, bool]) -> None:
@@ -564,12 +654,14 @@ class Project:
 
 @dataclass
 class Reads:
-    """What one analysis read of its project: files (absolute paths), and answers to "does a
-    module this one reaches mention one of these words?" ((real path, words) -> answer), which
-    depend on what the reached modules import and mention, not on the rest of their text."""
+    """What one analysis read of its project: whole files (absolute paths), and questions it
+    asked about others with their answers (`Project.answer`): whether what a module reaches
+    mentions some words, a part of a module, a pattern searched in a text. A result stays valid
+    while the files are unchanged and the questions get the same answers: an edit to a function
+    the analysis never read, or one that changes no module's imports, leaves it standing."""
 
     files: dict[str, None] = field(default_factory=dict)
-    facts: dict[tuple[str, tuple[str, ...]], bool] = field(default_factory=dict)
+    facts: dict[tuple[str, str, Any], Any] = field(default_factory=dict)  # (kind, path, arg) -> answer
 
 
 # The name the engine and older callers used for the project.

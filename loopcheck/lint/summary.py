@@ -158,3 +158,28 @@ def stored_in(folder: Path | None, prepare: "Callable[[Path], None] | None" = No
 def summary_of(source: bytes, path: str) -> ModuleSummary | None:
     """The summary of `source`, from the store when one is in use."""
     return _STORE[0].summary(source, path) if _STORE else summarize(source, path)
+
+
+MODULE_PART = "<module>"  # the statements of a module outside its top-level functions and classes
+
+
+def module_parts(text: str) -> dict[str, str] | None:
+    """A digest of each part of a module: each top-level function and class by name (its
+    decorators, text and first line), and `MODULE_PART` for every other top-level statement
+    together. An analysis that read only some parts of a module depends only on those: an edit
+    elsewhere that moves no line of them leaves their digests as they were. None when Python
+    cannot parse the text."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    lines = text.splitlines(keepends=True)
+    pieces: dict[str, list[str]] = {}
+    for stmt in tree.body:
+        start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+        end = stmt.end_lineno or stmt.lineno
+        named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        key = stmt.name if named else MODULE_PART  # type: ignore[attr-defined]
+        pieces.setdefault(key, []).append(f"{start}\0{''.join(lines[start - 1:end])}")
+    return {key: hashlib.sha1("\0".join(texts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            for key, texts in pieces.items()}

@@ -20,14 +20,15 @@ class BuilderNames:
         if project is None or not hasattr(project, "load"):
             return None
         try:
-            parsed = project.load(from_path, module, level)
+            parsed = project.load(from_path, module, level, whole=False)
         except (OSError, ValueError, RecursionError):
             return None
         if parsed is None:
             return None
         unit = self.units.get(parsed.path)
         if unit is None:
-            unit = _Unit(parsed.path, parsed.module, self)
+            note = project.part_reader(parsed) if hasattr(project, "part_reader") else None
+            unit = _Unit(parsed.path, parsed.module, self, note)
             self.units[parsed.path] = unit
             self._globals_prepass(unit)
         return unit

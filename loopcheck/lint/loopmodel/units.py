@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import Role
 from loopcheck.lint.loopmodel.nodes import _ATOMS, _dotted, _walk_statements
 from loopcheck.lint.loopmodel.torch_api import EMA_CLASSES, OPTIMIZER_CLASSES, SCHEDULER_CLASSES, _EMA_RE
+from loopcheck.lint.summary import MODULE_PART
 
 if TYPE_CHECKING:
     from loopcheck.lint.loopmodel.builder import _Builder
@@ -99,21 +100,70 @@ def _constant_truth(node: cst.BaseExpression | None) -> bool | None:
     return None
 
 
-class _Unit:
-    """One parsed file: its imports, top-level functions and classes."""
+class _Noted(dict):
+    """Top-level functions or classes of a followed module, by name: each name looked up is a
+    part of the module the analysis read (`Project.note_part`), a walk over all of them reads
+    the whole module."""
 
-    def __init__(self, path: str, module: cst.Module, builder: "_Builder") -> None:
+    def __init__(self, note: Callable[[str], None]) -> None:
+        super().__init__()
+        self.note = note
+
+    def __getitem__(self, name: str) -> Any:
+        self.note(name)
+        return super().__getitem__(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self.note(name)
+        return super().get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        self.note(name)  # type: ignore[arg-type]
+        return super().__contains__(name)
+
+    def _everything(self) -> None:
+        self.note("*")
+
+    def __iter__(self) -> Iterator[str]:
+        self._everything()
+        return super().__iter__()
+
+    def items(self) -> Any:
+        self._everything()
+        return super().items()
+
+    def values(self) -> Any:
+        self._everything()
+        return super().values()
+
+    def keys(self) -> Any:
+        self._everything()
+        return super().keys()
+
+
+class _Unit:
+    """One parsed file: its imports, top-level functions and classes.
+
+    `note`, for a module other than the analysed file: told each part of the module the
+    analysis reads (a function or class by name, `MODULE_PART` for its other statements, "*"
+    for all of it), so that a kept analysis depends only on those."""
+
+    def __init__(self, path: str, module: cst.Module, builder: "_Builder",
+                 note: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.module = module
         self.builder = builder
+        self.note = note
         self.imports: dict[str, str] = {}  # local name -> dotted origin ("optim" -> "torch.optim")
         self.local_imports: dict[str, tuple[str, str | None, int]] = {}  # name -> (module, attr, level)
-        self.functions: dict[str, cst.FunctionDef] = {}
-        self.classes: dict[str, _Class] = {}
+        self.functions: dict[str, cst.FunctionDef] = _Noted(note) if note is not None else {}
+        self.classes: dict[str, _Class] = _Noted(note) if note is not None else {}
         self._units: dict[tuple[str, int], "_Unit | None"] = {}
         self.top_level: list[cst.BaseStatement] = []
         for stmt in module.body:
             self._index(stmt, top=True)
+        if note is not None:  # its imports and module-level names are read from here on
+            note(MODULE_PART)
 
     def _index(self, stmt: cst.CSTNode, top: bool) -> None:
         if type(stmt) is cst.FunctionDef:
@@ -163,6 +213,8 @@ class _Unit:
                         else:
                             found[name] = value
                         seen.add(name)
+        if found and self.note is not None:
+            self.note("*")  # a `global` statement anywhere in it may rebind one
         if found and "global" in self._source():
             text = self._source()
             found = {n: v for n, v in found.items() if not re.search(rf"\bglobal\b[^\n]*\b{re.escape(n)}\b", text)}

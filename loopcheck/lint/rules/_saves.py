@@ -239,7 +239,7 @@ class Facts:
                     saved.joined |= part.items
         self.loads = [e for e in events if e.kind is K.LOAD]
         # `max(out_dir.glob("step-*"), key=...)`: the resume finds its step in the folder names
-        self.progress_from_names = any(_STEP_GLOB.search(text) for text in ctx.texts or [ctx.source])
+        self.progress_from_names = ctx.mentions(_STEP_GLOB)
 
     def resumes_from(self, saved: Saved) -> bool:
         """A load of the same file, or one on a resume path (`if args.resume:`)."""

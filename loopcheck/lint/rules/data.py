@@ -228,8 +228,8 @@ def _set_epoch_targets(ctx: FileContext) -> list[str] | None:
     if any(not e.target for e in events):
         return None
     seen = {(e.path, e.line) for e in events}
-    texts = ctx.texts
-    if texts is None or sum(len(_SET_EPOCH_CALL.findall(text)) for text in texts) > len(seen):
+    calls = ctx.count(_SET_EPOCH_CALL)
+    if calls is None or calls > len(seen):
         return None
     return [e.target for e in events]  # type: ignore[misc]
 
