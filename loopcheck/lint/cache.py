@@ -9,13 +9,17 @@ directory holding a pyproject.toml or .git, else the working directory), one JSO
   kinds) are unchanged (they name the cache's folder, so an upgrade starts afresh), and
 - every other project file the result depends on hashes the same: the files importing it
   (their loop models may report into it) and every project file those analyses and its own
-  read (the modules a model followed calls into, what the project saves...), as the engine
-  recorded them.
+  read or asked about (the modules a model followed calls into, what the project saves...), as
+  the engine recorded them. Only hashes are compared: a warm run on an unchanged tree reads
+  nothing else.
 
 Beside those per-file results, each file's *analysis* (every finding its model makes, wherever
-located) is kept under `analyses/`, valid while the file and the project files that analysis
-read are unchanged. After one file is edited, only the analyses that read it run again; the
-results of the files they report into are assembled from the rest as kept.
+located) is kept under `analyses/` with what it read (`project.Reads`): whole files by hash, and
+questions with their answers (a part of a followed module by digest, whether what a module
+reaches mentions some words, a pattern searched in a file). It is valid while the file is
+unchanged and every answer is the same, so an edit to a function no other analysis read
+re-runs only the analysis of the edited file; the results of the files it reports into are
+assembled again from the kept analyses.
 
 Unreadable or malformed entries are treated as missing and overwritten. Writing is best effort:
 a read-only tree just runs without a cache.
@@ -120,7 +124,7 @@ class Cache:
         self._given: dict[str, str | None] = {}
         self._answers: dict[tuple[str, str, Any], Any] = {}
         self._projects: dict[str, Any] = {}
-        self._reached: dict[str, tuple[str, ...]] = {}
+        self._unsure: set[tuple[str, tuple[str, ...]]] = set()
         self._writable = True
         self.hits = 0
         self.misses = 0
@@ -168,22 +172,17 @@ class Cache:
         return None
 
     def put(self, path: Path, data: bytes, key: str, findings: Iterable[Finding], errors: Iterable[FileError],
-            depends_on: Iterable[str] | None = None, facts: Iterable[tuple[str, str, Any, Any]] | None = None,
-            ) -> None:
-        """Keep a file's results; `depends_on` and `facts`: the other files and the questions about
-        them they depend on, as the engine recorded them (else worked out from the project's
-        imports, more broadly). A file's result is checked by file hashes alone (a warm run on an
-        unchanged tree reads nothing else): the files its questions were answered from are among
-        its dependencies. When one changed, the result is assembled again from the analyses,
-        which keep the questions themselves."""
+            depends_on: Iterable[str] | None = None) -> None:
+        """Keep a file's results; `depends_on`: the other files they depend on, as the engine
+        recorded them (else worked out from the project's imports, more broadly). A result is
+        checked by file hashes alone (a warm run on an unchanged tree reads nothing else); when
+        one changed, it is assembled again from the kept analyses, which keep the questions
+        they asked about those files."""
         if not self._writable:
             return
         if depends_on is not None:
             here = os.path.abspath(path)
-            files = dict.fromkeys(depends_on)
-            files.update(dict.fromkeys(self._answered_from(path, facts)))
-            files.pop(here, None)
-            deps = {p: self.file_hash(p) for p in files}
+            deps = {p: self.file_hash(p) for p in depends_on if p != here}
         else:
             deps = self._dependencies(path, data)
         doc = {
@@ -203,12 +202,15 @@ class Cache:
         name = digest(f"{os.path.realpath(path)}\0{','.join(codes)}".encode())[:32]
         return self.dir / "analyses" / name[:2] / f"{name}.json"
 
-    def analysis(self, path: str, codes: tuple[str, ...], promised: bool) -> Any:
+    def analysis(self, path: str, codes: tuple[str, ...], promised: bool, answer: bool = True) -> Any:
         """The kept analysis of `path` with these codes enabled (an engine `FileResult`), while
-        the file and every project file it read hash as they did; None otherwise. `promised`:
-        it must also say what `--fix` would fix in the file."""
+        the file and every project file it read hash as they did, and every question it asked
+        gets the same answer; None otherwise. `promised`: it must also say what `--fix` would
+        fix in the file. `answer` false: None as well when questions would have to be asked
+        again (`unsure`)."""
         from loopcheck.lint.engine import FileResult, LintError
 
+        self._unsure.discard((os.path.realpath(path), codes))
         try:
             raw = json.loads(self._analysis_path(path, codes).read_text(encoding="utf-8"))
             if raw.get("schema") != SCHEMA or raw.get("sha") != self.file_hash(path):
@@ -218,8 +220,12 @@ class Cache:
             deps = raw["deps"]
             if not isinstance(deps, dict) or any(self.file_hash(p) != h for p, h in deps.items()):
                 return None
-            if not self._facts_hold(path, raw):
-                return None
+            if not self._facts_unchanged(raw):
+                if not answer:
+                    self._unsure.add((os.path.realpath(path), codes))
+                    return None
+                if not self._facts_hold(path, raw):
+                    return None
             facts = _facts(raw)
             applied = raw["fixes_applied"]
             return FileResult(
@@ -230,6 +236,7 @@ class Cache:
                 fixes_applied={k: [tuple(x) for x in v] for k, v in applied.items()} if applied is not None else None,
                 consulted=list(deps),
                 facts=facts,
+                sources=list(raw["facts_read"]),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -243,7 +250,7 @@ class Cache:
             "path": os.path.realpath(result.path),
             "sha": self.file_hash(result.path),
             "deps": {p: self.file_hash(p) for p in result.consulted},
-            **self._facts_doc(result.path, result.facts),
+            **self._facts_doc(result),
             "promised": promised,
             "skipped": result.skipped,
             "findings": [_finding_to_json(f.with_(path=f.path or result.path)) for f in result.findings],
@@ -252,37 +259,29 @@ class Cache:
         }
         self._write(self._analysis_path(result.path, codes), doc)
 
-    def _facts_doc(self, path: str | Path, facts: Iterable[tuple[str, str, Any, Any]] | None) -> dict[str, Any]:
-        """A result's questions about other files with their answers (`Project.answer`), and the
-        hashes of the files they were answered from (while those are unchanged, the questions
-        need not be asked again)."""
-        facts = list(facts or ())
-        return {"facts": [[kind, p, list(arg) if isinstance(arg, tuple) else arg, answer] for kind, p, arg, answer in facts],
-                "facts_read": {p: self.file_hash(p) for p in self._answered_from(path, facts)}}
+    def _facts_doc(self, result: Any) -> dict[str, Any]:
+        """An analysis's questions about other files with their answers (`Project.answer`), and
+        the hashes of the files they were answered from (while those are unchanged, the
+        questions need not be asked again)."""
+        return {"facts": [[kind, p, list(arg) if isinstance(arg, tuple) else arg, answer]
+                          for kind, p, arg, answer in result.facts or ()],
+                "facts_read": {p: self.file_hash(p) for p in result.sources or ()}}
 
-    def _answered_from(self, path: str | Path, facts: Iterable[tuple[str, str, Any, Any]] | None) -> dict[str, None]:
-        """The files the answers to `facts` were read from (a question about reach: every module
-        reached)."""
-        read: dict[str, None] = {}
-        for kind, p, _, _ in facts or ():
-            if p in read:
-                continue
-            read[p] = None
-            if kind == "reach":
-                if p not in self._reached:
-                    self._reached[p] = self._project(path).reach(p)
-                read.update(dict.fromkeys(self._reached[p]))
-        return read
+    def unsure(self, path: str, codes: tuple[str, ...]) -> bool:
+        return (os.path.realpath(path), codes) in self._unsure
+
+    def learn(self, facts: Iterable[tuple[str, str, Any, Any]]) -> None:
+        for kind, p, arg, answer in facts:
+            self._answers.setdefault((kind, p, arg), answer)
+
+    def _facts_unchanged(self, raw: dict[str, Any]) -> bool:
+        """Whether the files a kept analysis's answers were read from hash as they did."""
+        read = raw["facts_read"]
+        return isinstance(read, dict) and all(self.file_hash(p) == h for p, h in read.items())
 
     def _facts_hold(self, path: str | Path, raw: dict[str, Any]) -> bool:
-        """Whether a kept result's answers are still right: the files they were answered from are
-        unchanged, or asking again gives the same answers (an edit to a function the analysis
-        never read, or one that changes no module's imports)."""
-        read = raw["facts_read"]
-        if not isinstance(read, dict):
-            return False
-        if all(self.file_hash(p) == h for p, h in read.items()):
-            return True
+        """Whether a kept analysis's answers are still right, asked again (an edit to a function
+        the analysis never read, or one that changes no module's imports, leaves them)."""
         return all(self._answer(path, kind, p, arg) == answer for kind, p, arg, answer in _facts(raw))
 
     def _answer(self, asker: str | Path, kind: str, path: str, arg: Any) -> Any:

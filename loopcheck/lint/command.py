@@ -369,7 +369,7 @@ class _Run:
             outcomes[f] = outcome
             if cache is not None and f not in here and not is_notebook(f):
                 cache.put(f, data[f], self.cache_key(configs[f]), outcome.findings, outcome.errors,
-                          getattr(result, "consulted", None), getattr(result, "facts", None))
+                          getattr(result, "consulted", None))
         return outcomes
 
     def promise_only_applied(self, f: Path, config: Config, outcome: FileOutcome, data: bytes,

@@ -82,8 +82,9 @@ class FileResult:
     # and what those read
     consulted: list[str] | None = None
     # the questions about other files the result depends on, with their answers:
-    # (kind, path, argument, answer), see `Project.answer`
+    # (kind, path, argument, answer), see `Project.answer`; and the files they were answered from
     facts: list[tuple[str, str, Any, Any]] | None = None
+    sources: list[str] | None = None
 
 
 @dataclass
@@ -394,8 +395,13 @@ def _analysed(path: str, enabled: Callable[[str], bool], project: Any) -> FileRe
             if analysed is not None:
                 result.findings = analysed[0]
     result.consulted = _others(read, path)
-    result.facts = [(*question, answer) for question, answer in read.facts.items()]
+    result.facts = _facts_of(read)
+    result.sources = list(read.sources)
     return result
+
+
+def _facts_of(read: Any) -> list[tuple[str, str, Any, Any]]:
+    return [(*question, answer) for question, answer in read.facts.items()]
 
 
 @contextmanager
@@ -562,9 +568,17 @@ class AnalysisStore(Protocol):
     """Where analyses outlive a run (the lint cache): an analysis is reused while its file and
     every project file it read are unchanged."""
 
-    def analysis(self, path: str, codes: tuple[str, ...], promised: bool) -> FileResult | None: ...
+    def analysis(self, path: str, codes: tuple[str, ...], promised: bool, answer: bool = True) -> FileResult | None:
+        """The kept analysis while valid; with `answer` false, None as well when validity rests
+        on asking questions again (`unsure` then tells it apart)."""
+
+    def unsure(self, path: str, codes: tuple[str, ...]) -> bool:
+        """Whether the last `analysis(answer=False)` of `path` stopped at questions to ask again."""
 
     def keep_analysis(self, result: FileResult, codes: tuple[str, ...], promised: bool) -> None: ...
+
+    def learn(self, facts: Iterable[tuple[str, str, Any, Any]]) -> None:
+        """Answers given in this run by analyses made in it: current, so not asked again."""
 
 
 def check_files(
@@ -591,15 +605,7 @@ def check_files(
     names = [str(f) for f in files]
     tasks = [(n, enabled, promise_fixes) for n in names]
     tasks += [(n, enabled, False) for n in _unlinted_dependents(names)]
-    codes = _codes_key(enabled)
-    analyses: list[FileResult | None] = [store.analysis(t[0], codes, t[2]) for t in tasks] if store else [None] * len(tasks)
-    todo = [t for t, a in zip(tasks, analyses) if a is None]
-    fresh = iter(_analyse_all(todo, enabled, jobs))
-    analyses = [a if a is not None else next(fresh) for a in analyses]
-    if store is not None:
-        for task, analysis in zip(tasks, analyses):
-            if task in todo:
-                store.keep_analysis(analysis, codes, task[2])
+    analyses = _analyses(tasks, enabled, jobs, store)
     located: dict[str, list[Finding]] = {}
     for analysis in analyses:
         for f in analysis.findings:
@@ -620,8 +626,33 @@ def check_files(
             folder = os.path.dirname(os.path.abspath(result.path))
             if folder not in projects:
                 projects[folder] = project_for(result.path)
-            result.consulted, result.facts = _depended_on(result.path, by_path, projects[folder])
+            result.consulted = _depended_on(result.path, by_path, projects[folder])
     return results
+
+
+def _analyses(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: Callable[[str], bool], jobs: int | None,
+              store: AnalysisStore | None) -> list[FileResult]:
+    """The analysis of each task: kept in `store` and still valid, else made (and kept).
+
+    Kept analyses whose file or a file they read changed are made again first; those that only
+    asked questions about a changed file are judged after that, with the answers the new
+    analyses gave (one derived over many files, like what the project saves, is then not worked
+    out again)."""
+    if store is None:
+        return _analyse_all(tasks, enabled, jobs)
+    codes = _codes_key(enabled)
+    found: list[FileResult | None] = [None] * len(tasks)
+    for answered in (False, True):
+        kept = [store.analysis(t[0], codes, t[2], answer=answered) if found[i] is None else found[i]
+                for i, t in enumerate(tasks)]
+        todo = [i for i, k in enumerate(kept) if k is None and (answered or not store.unsure(tasks[i][0], codes))]
+        made = _analyse_all([tasks[i] for i in todo], enabled, jobs)
+        for i, analysis in zip(todo, made):
+            store.keep_analysis(analysis, codes, tasks[i][2])
+            store.learn(analysis.facts or ())
+            kept[i] = analysis
+        found = kept
+    return found  # type: ignore[return-value]
 
 
 def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: Callable[[str], bool],
@@ -638,23 +669,21 @@ def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: 
         return [_analyse_one(task) for task in tasks]
 
 
-def _depended_on(path: str, analyses: dict[str, FileResult], project: Any) -> tuple[list[str], list[tuple[str, str, Any, Any]]]:
-    """What the result of `path` depends on besides its own file: the files importing it (their
+def _depended_on(path: str, analyses: dict[str, FileResult], project: Any) -> list[str]:
+    """Every file the result of `path` depends on besides its own: the files importing it (their
     analyses may report into it, whatever they report now), and what each of those analyses,
-    and its own, read (files, and questions about others with their answers)."""
-    here = os.path.abspath(path)
+    and its own, read or answered questions from."""
     files: dict[str, None] = {}
-    facts: dict[tuple[str, str, Any], Any] = {}
     contributors = [os.path.realpath(path)] + (project.dependents(Path(path)) if project is not None else [])
     for name in contributors:
         files[os.path.abspath(name)] = None
         analysis = analyses.get(name)
         if analysis is not None:
             files.update(dict.fromkeys(analysis.consulted or ()))
-            facts.update(((kind, p, arg), answer) for kind, p, arg, answer in analysis.facts or ())
-    files.pop(here, None)
+            files.update(dict.fromkeys(analysis.sources or ()))
+    files.pop(os.path.abspath(path), None)
     files.pop(os.path.realpath(path), None)
-    return list(files), [(*question, answer) for question, answer in facts.items()]
+    return list(files)
 
 
 def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:
@@ -671,7 +700,12 @@ def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:
                 text = SourceText.decode(Path(path).read_bytes()).text
             except (OSError, ValueError):
                 return result  # the command works it out from the bytes it holds
-            result.fixes_applied = fixes_applied(kinds, text, path, enabled)
+            with _consulting(project) as read:  # what the fixed texts' checks read counts too
+                result.fixes_applied = fixes_applied(kinds, text, path, enabled)
+            result.consulted = list(dict.fromkeys([*(result.consulted or ()), *_others(read, path)]))
+            asked = {(k, p, a): v for k, p, a, v in [*(result.facts or ()), *_facts_of(read)]}
+            result.facts = [(*question, answer) for question, answer in asked.items()]
+            result.sources = list(dict.fromkeys([*(result.sources or ()), *read.sources]))
     return result
 
 

@@ -485,7 +485,7 @@ class Project:
         key = os.path.abspath(path)
         reads = reads or Reads()
         stamps = {p: self.stamp(Path(p)) for p in (key, *reads.files)}
-        self._findings[(key, codes)] = (stamps, dict(reads.facts), findings)
+        self._findings[(key, codes)] = (stamps, dict(reads.facts), findings, dict(reads.sources))
 
     def findings_of(self, path: str, codes: tuple[str, ...]) -> tuple[list, list] | None:
         """The findings and errors kept for `path` with these codes enabled, while neither the
@@ -496,6 +496,7 @@ class Project:
         if self._consulting:  # an analysis reusing this one read what it read
             self._notes(found[0])
             self._consulting[-1].facts.update(found[1])
+            self._consulting[-1].sources.update(found[3])
         return found[2]
 
     def still(self, stamps: dict[str, Any], facts: dict[tuple[str, str, Any], Any]) -> bool:
@@ -510,24 +511,39 @@ class Project:
         module `path` reaches mention one of the words `arg`?), "part" (the digest of part `arg`
         of module `path`, `summary.module_parts`), "search" and "count" (does the regular
         expression `arg` = (pattern, flags) match the text of `path`, how often; None when the
-        text cannot be read)."""
+        text cannot be read), "derived" (the digest of the project-wide fact `arg`, `DERIVED`;
+        `path` is the project's root)."""
         with self._unrecorded():
             if kind == "reach":
                 return self.reach_mentions(Path(path), tuple(arg))
             if kind == "part":
                 parts = self._parts_of(path)
                 return parts.get(arg) if parts is not None else "*"
+            if kind == "derived":
+                return _derive(arg, self)[1]
             text = self.text(Path(path))
             if text is None:
                 return None
             pattern = re.compile(arg[0], arg[1])
             return bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
 
+    def derived_value(self, name: str) -> Any:
+        """A fact derived from many files of the project (`DERIVED`), recorded for the analysis
+        asking as the digest of the value: it depends on what was derived, not on every file
+        read to derive it."""
+        with self._unrecorded():
+            value, found, inputs = _derive(name, self)
+        if self._consulting:
+            self._consulting[-1].facts[("derived", str(self.roots[0]) if self.roots else "", name)] = found
+            self._consulting[-1].sources.update(dict.fromkeys(os.path.abspath(p) for p in inputs))
+        return value
+
     def _ask(self, kind: str, path: str, arg: Any) -> Any:
         """Answer, and record the question for the analysis asking."""
         found = self.answer(kind, path, arg)
         if self._consulting:
             self._consulting[-1].facts[(kind, path, arg)] = found
+            self._consulting[-1].sources[path] = None
         return found
 
     def part_reader(self, parsed: ParsedModule) -> Callable[[str], None]:
@@ -546,6 +562,7 @@ class Project:
                     reads.files[key] = None
                 else:
                     reads.facts[("part", key, name)] = parts.get(name)
+                    reads.sources[key] = None
 
         return note
 
@@ -591,8 +608,13 @@ class Project:
             known = self._mentions.setdefault(words, {})
             if key not in known:
                 self._settle(key, words, known)
+            reached = self.reach(key) if len(self._consulting) > 1 else ()
         if self._consulting:
-            self._consulting[-1].facts[("reach", key, words)] = known[key]
+            reads = self._consulting[-1]
+            reads.facts[("reach", key, words)] = known[key]
+            if key not in reads.sources:
+                reads.sources[key] = None
+                reads.sources.update(dict.fromkeys(reached))
         return known[key]
 
     def _settle(self, start: str, words: tuple[str, ...], known: dict[str, bool]) -> None:
@@ -652,6 +674,19 @@ class Project:
                     reaches[parent] = reaches[parent] or answer or mentions(node)
 
 
+# Facts derived from many files of a project: name -> "module:function" returning (value, digest,
+# the files it was derived from).
+# Named by string: the deriving modules build on this one.
+DERIVED = {"saved_files": "loopcheck.lint.saved_files:project_saves"}
+
+
+def _derive(name: str, project: "Project") -> tuple[Any, str, list[str]]:
+    import importlib
+
+    module, _, function = DERIVED[name].partition(":")
+    return getattr(importlib.import_module(module), function)(project)
+
+
 @dataclass
 class Reads:
     """What one analysis read of its project: whole files (absolute paths), and questions it
@@ -662,6 +697,8 @@ class Reads:
 
     files: dict[str, None] = field(default_factory=dict)
     facts: dict[tuple[str, str, Any], Any] = field(default_factory=dict)  # (kind, path, arg) -> answer
+    # the files the answers were read from: while these are unchanged, so are the answers
+    sources: dict[str, None] = field(default_factory=dict)
 
 
 # The name the engine and older callers used for the project.

@@ -16,6 +16,7 @@ once per version of its text; nothing here needs libcst.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -737,6 +738,22 @@ def _module_at(project: Any, name: str) -> _Module | None:
     return cached[1]
 
 
+def project_saves(project: Any) -> tuple[tuple[list[SavedFile], dict[str, list[_Helper]]], str, list[str]]:
+    """Every save of the project's files and its save helpers (`_project_saves`), with a digest
+    of both: an analysis that read them depends on that, not on the text of every file that
+    mentions "save" (`Project.derived_value`)."""
+    saves, helpers = _project_saves(project)
+    rows = sorted(_row(s) for s in saves)
+    kinds = sorted((name, sorted((_row(h.saved), repr(h.obj)) for h in found)) for name, found in helpers.items())
+    inputs = project.files_mentioning("save") + sorted({f for h in helpers for f in project.files_mentioning(h)})
+    return (saves, helpers), hashlib.sha1(repr((rows, kinds)).encode()).hexdigest()[:16], inputs
+
+
+def _row(saved: SavedFile) -> tuple:
+    return (saved.path, saved.line, sorted(saved.names), saved.tensors_only,
+            saved.keys is None, sorted(saved.keys or ()), sorted(saved.suffixes), sorted(saved.owners))
+
+
 def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helper]]]:
     """Every save of the project's files as they are on disk, and its save helpers."""
     files = project.files_mentioning("save")
@@ -761,6 +778,12 @@ def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helpe
     return saves, helpers
 
 
+def _saves_of(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helper]]]:
+    if hasattr(project, "derived_value"):
+        return project.derived_value("saved_files")
+    return _project_saves(project)
+
+
 class ProjectFiles:
     """What the project saves, and what each load of one linted file reads."""
 
@@ -770,10 +793,10 @@ class ProjectFiles:
         on_disk = os.path.isfile(self.here) and hasattr(project, "files_mentioning") and project.covers(self.here)
         self.project = project if on_disk else None
         self.own = self._own_module(source, path)
-        saves, helpers = _project_saves(self.project) if self.project is not None else ([], {})
+        saves, helpers = _saves_of(self.project) if self.project is not None else ([], {})
         if self.own is not None:  # the linted text, which may differ from the file on disk
             direct, found = _direct_saves(self.own, path)
-            mine = dict(helpers)
+            mine = {name: list(kept) for name, kept in helpers.items()}  # the project's lists stay as derived
             for helper in found:
                 mine.setdefault(helper.name, []).append(helper)
             saves = saves + direct + _helper_calls(self.own, path, mine)

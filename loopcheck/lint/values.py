@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import libcst as cst
 
 from loopcheck.lint.memo import facts, known
 from loopcheck.lint.positions import node_span
+from loopcheck.lint.summary import MODULE_PART
 from loopcheck.lint.syntax import CLOSED_KINDS, module_walk
 
 if TYPE_CHECKING:
@@ -363,14 +364,32 @@ class Flow:
         self.project = ctx.project  # None: the file is analysed on its own, imports not followed
         self.main = index_for(ctx.path, ctx.module)
         self._busy: set[tuple] = set()
+        self._readers: dict[int, Callable[[str], None]] = {}  # id of another module's index -> `Project.part_reader`
 
     # -- modules and definitions ------------------------------------------------------------
 
     def load(self, index: ModuleIndex, module: str, level: int) -> ModuleIndex | None:
+        """Another module of the project. The analysis depends on the parts of it the tracing
+        reads (`_read`): the definitions looked up by name, its module-level statements, all of
+        it for a search of its call sites."""
         if self.project is None:
             return None
-        parsed = self.project.load(index.path, module, level)
-        return index_for(parsed.path, parsed.module) if parsed is not None else None
+        if not hasattr(self.project, "part_reader"):
+            parsed = self.project.load(index.path, module, level)
+            return index_for(parsed.path, parsed.module) if parsed is not None else None
+        parsed = self.project.load(index.path, module, level, whole=False)
+        if parsed is None:
+            return None
+        other = index_for(parsed.path, parsed.module)
+        if id(other) not in self._readers:
+            self._readers[id(other)] = self.project.part_reader(parsed)
+        self._readers[id(other)](MODULE_PART)
+        return other
+
+    def _read(self, index: ModuleIndex, part: str) -> None:
+        note = self._readers.get(id(index))
+        if note is not None:
+            note(part)
 
     def definition(self, index: ModuleIndex, node: cst.BaseExpression, hops: int = 0) -> Where | None:
         """The project class or function a Name/Attribute refers to."""
@@ -378,6 +397,7 @@ class Flow:
             return None
         if type(node) is cst.Name:
             name = node.value
+            self._read(index, name)
             if name in index.classes:
                 return Where(index, index.classes[name])
             if name in index.functions:
@@ -556,6 +576,7 @@ class Flow:
             offset = 1
         fname = func.name.value
         out = []
+        self._read(index, "*")  # every call site of the module
         if cls is not None and fname == "__init__":
             candidates = index.calls_to("name", cls.name.value)
         else:

@@ -201,3 +201,16 @@ def test_an_answer_about_reach_is_asked_again_only_when_imports_or_words_change(
     checked.clear()
     report(lint)
     assert sorted(checked) == ["backend.py", "stats.py"]
+
+
+def test_what_the_project_saves_is_read_as_a_whole_not_file_by_file(lint, project, checked):
+    """A load's analysis depends on what the project saves (LC508), not on the text of every
+    file that mentions saving: an edit that saves the same is not a reason to analyse it again."""
+    write(project / "ckpt.py", "import torch\n\n\ndef read(folder):\n    return torch.load(folder / \"weights-best.pth\")\n")
+    export = "import torch\n\n\ndef export(model, folder):\n    torch.save(model.state_dict(), folder / \"weights-best.pth\")\n"
+    write(project / "export.py", export)
+    report(lint)
+    write(project / "export.py", export + "\n\ndef describe(model):\n    return sum(p.numel() for p in model.parameters())\n")
+    checked.clear()
+    assert report(lint)["findings"] == []
+    assert checked == ["export.py"]
