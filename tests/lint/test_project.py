@@ -325,3 +325,34 @@ def test_a_kept_analysis_stays_while_nothing_it_read_changes(tmp_path: Path, mon
         "    optimizer.step()\n    loss.backward()\n", "    loss.backward()\n    optimizer.step()\n"))
     assert "LC102" not in codes_in_steps()  # driver.py's kept analysis read steps.py: made again
     assert sorted(analysed) == ["driver.py", "steps.py"]
+
+
+@pytest.mark.parametrize("rebound", [False, True])
+def test_a_flag_of_a_followed_module_is_folded_unless_a_function_declares_it_global(tmp_path: Path, rebound: bool) -> None:
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    enable = "\n\ndef enable():\n    global ZERO_EACH_MICRO_BATCH\n    ZERO_EACH_MICRO_BATCH = True\n" if rebound else ""
+    write(tmp_path / "steps.py", "ZERO_EACH_MICRO_BATCH = False\n" + enable + textwrap.dedent("""
+
+
+        def step(model, x, optimizer):
+            model(x).sum().backward()
+            if ZERO_EACH_MICRO_BATCH:
+                optimizer.zero_grad()
+            optimizer.step()
+            optimizer.zero_grad()
+        """))
+    driver = write(tmp_path / "driver.py", """\
+        import torch
+
+        from steps import step
+
+
+        def main(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                step(model, x, optimizer)
+        """)
+    project = Project([tmp_path])
+    assert driver in [Path(p) for p in project.dependents(tmp_path / "steps.py")]
+    codes = {f.code for f in engine.check_file(tmp_path / "steps.py", project=project).findings}
+    assert ("LC102" in codes) is rebound  # folded away, here and in driver.py's loop, while nothing can turn it on

@@ -213,12 +213,19 @@ class _Unit:
                         else:
                             found[name] = value
                         seen.add(name)
-        if found and self.note is not None:
-            self.note("*")  # a `global` statement anywhere in it may rebind one
-        if found and "global" in self._source():
-            text = self._source()
-            found = {n: v for n, v in found.items() if not re.search(rf"\bglobal\b[^\n]*\b{re.escape(n)}\b", text)}
+        if found and (self.note is not None or "global" in self._source()):
+            found = {n: v for n, v in found.items() if not self._declared_global(n)}
         return found
+
+    def _declared_global(self, name: str) -> bool:
+        """Whether a `global` statement anywhere in the module names `name` (a function may
+        rebind it). For a followed module the question is asked through the project, so an
+        analysis depends on its answer, not on the whole text."""
+        pattern = re.compile(rf"\bglobal\b[^\n]*\b{re.escape(name)}\b")
+        project = self.builder.project
+        if self.note is not None and hasattr(project, "searched"):
+            return project.searched(self.path, pattern) is not False
+        return bool(pattern.search(self._source()))
 
     def _source(self) -> str:
         from loopcheck.lint.positions import source_of
