@@ -80,15 +80,20 @@ class Discovery:
         self._told: set[int] = set()
         self.failed = False
         hooks = probe.hooks
-        hooks.enter_context(register_optimizer_step_pre_hook(self._on_optimizer_step))
+        # With models and optimizers given, a step or a backward has nothing left to find (new
+        # optimizers are not adopted, models are not looked for): neither is watched.
+        searching = not (self.models_given and self.optimizers_given)
+        if searching:
+            hooks.enter_context(register_optimizer_step_pre_hook(self._on_optimizer_step))
         for cls in _SCHEDULER_INITS:
             probe._patch(cls, "__init__", self._wrap_scheduler_init)
         for cls in _SCHEDULER_STEPS:
             probe._patch(cls, "step", self._wrap_scheduler_step)
         for name in _SCALER_USES:
             probe._patch(torch.amp.GradScaler, name, self._wrap_scaler(name))
-        # On top of the probe's own wrapper: new models are watched before it dispatches.
-        probe._patch(torch.Tensor, "backward", self._wrap_backward)
+        if searching:
+            # On top of the probe's own wrapper: new models are watched before it dispatches.
+            probe._patch(torch.Tensor, "backward", self._wrap_backward)
         self._module_hook = None
         if not self.models_given:
             self._module_hook = nn.modules.module.register_module_forward_pre_hook(self._on_forward)

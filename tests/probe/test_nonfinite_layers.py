@@ -210,7 +210,9 @@ def test_float_overflow_in_a_dense_layer_is_not_blamed_on_its_finite_weights():
     assert "hold NaN/Inf" not in f.message and "overflow" in f.message and "2" in f.message
 
 
-def test_a_dense_group_has_one_hook_while_it_can_be_trusted_whole():
+def test_only_the_model_is_hooked_until_the_loop_runs_its_layers_itself():
+    """Lean: the covered layers and dense groups have no hooks. Armed, once a step ran the model's
+    layers without its forward: a dense group has one hook while it can be trusted whole."""
     torch.manual_seed(0)
     model = ConvNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -218,25 +220,50 @@ def test_a_dense_group_has_one_hook_while_it_can_be_trusted_whole():
     def hooked():
         return sorted(name for name, m in model.named_modules() if m._forward_hooks)
 
-    def step(k):
+    def step(k, whole=True):
         x, y = images(k)
         opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        out = model(x) if whole else model.classifier(model.features(x))
+        F.cross_entropy(out, y).backward()
         opt.step()
 
     whole = ["", "classifier", "features"]
     with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
-        assert hooked() == whole
+        assert hooked() == [""]
         step(0)
+        step(1)
+        assert hooked() == [""]
+        step(2, whole=False)
+        assert hooked() == whole
         model.eval()  # batch norm now normalises with running statistics: each layer reports itself
         with torch.no_grad():
-            model(images(1)[0])
+            model(images(3)[0])
         assert hooked() == ["", "classifier", "features.0", "features.1", "features.4", "features.5"]
         model.train()
-        step(2)
+        step(4)
         assert hooked() == whole
     assert probe.findings == []
     assert hooked() == []
+
+
+def test_lean_localisation_names_the_layer_whose_running_statistics_are_nonfinite():
+    """Without layer hooks the covered layers are judged by their parameters (and, in eval mode,
+    their running statistics) in the order they complete, around the records of the hooked modules."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), RescaleNet().rescale, nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(4):
+            opt.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 16)), torch.zeros(8, dtype=torch.long)).backward()
+            opt.step()
+        assert sorted(name for name, m in model.named_modules() if m._forward_hooks) == ["", "2"]
+        model.eval()
+        model[1].running_var[3] = float("nan")
+        with torch.no_grad():
+            model(torch.randn(8, 16))
+    (f,) = probe.findings
+    assert (f.code, f.where) == ("LP103", "1") and "1.running_var" in f.message
 
 
 class Half(nn.Module):

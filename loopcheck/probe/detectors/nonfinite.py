@@ -38,13 +38,15 @@ _FOLD_AT = 4096  # forward records kept before they are folded into a block (lon
 
 # Kinds of forward records. OUTPUT and INPUT carry a reduced value; COVERED records that a dense
 # layer ran (judged by its parameters); PASSED that a module returned such a layer's output unchanged.
-_OUTPUT, _INPUT, _COVERED, _PASSED, _INPUT_HELD = 0, 1, 2, 3, 4
+_OUTPUT, _INPUT, _COVERED, _PASSED, _INPUT_HELD, _ENTER = 0, 1, 2, 3, 4, 5
 _REDUCED = (_OUTPUT, _INPUT)
+# _ENTER: a probed model's forward starts (its covered layers run after it, see `_expand`).
 # _INPUT_HELD (CPU, training forwards): a probed model's input batch, not reduced but held weakly
 # with its version and checked only when localising, in the same step: the loop still holds its
 # batch then.
 # float16 overflows easily: a dense layer's float16 output is reduced, not trusted
 _TRUSTED_DTYPES = frozenset((torch.float32, torch.float64, torch.bfloat16))
+_RUNNING = ("running_mean", "running_var")
 
 
 @dataclass
@@ -77,6 +79,7 @@ class _Block:
     state: list[tuple[int, torch.Tensor]] | None  # (module index, parameter) of each queued parameter check
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
     held: list[tuple[Any, int]] = field(default_factory=list)  # (weak reference, version) of each held input
+    lean: bool = False  # recorded without the covered layers' hooks: `_expand` puts them in
 
     # Split only when localising: a step keeps its records as they came.
     @property
@@ -120,6 +123,17 @@ class NonFiniteDetector(Detector):
         # later, after updates, so each step queues its parameter check (one fused kernel).
         self._eager_state = probe.off_cpu
         self._root_hooks: dict[int, Callable[..., None]] = {}
+        # Lean until armed (see `_arm`): the covered layers and dense groups have no hooks; a step
+        # that turns out non-finite is localised with each probed model's covered layers judged
+        # by their parameters, in the order they complete in its forward.
+        self._armed = False
+        self._arm_next = False  # arm at the next step boundary
+        self._entered = False  # a probed model's forward started since the last block
+        self._folded = False  # a step was folded already (a model found by discovery came mid-step)
+        self._covered_of: dict[int, list[int]] = {}  # root module index -> its covered layers, in completion order
+        self._rank: dict[int, int] = {}  # module index -> its place in that order
+        self._covered_alone: list[int] = []  # covered layers outside dense groups (hooked when armed)
+        self._stack: Any = None
         idle = set() if self.config.localize else {"on_forward_pre", "on_forward"}
         if probe.scaler is None:
             idle.add("on_step")  # it counts the GradScaler's skips (a scaler found later makes a new detector)
@@ -129,9 +143,10 @@ class NonFiniteDetector(Detector):
         if not self.config.localize:
             return
         probe = self.probe
-        hooks = probe.hooks
+        hooks = self._stack = probe.hooks
         roots = {id(m) for m in probe.models}
         grouped = self._find_groups(roots)
+        half = False
         for index, (_, module) in enumerate(probe.modules):
             root = id(module) in roots
             if not root and (index in grouped or layers.is_safe(module) or layers.is_pass_through(module)):
@@ -139,10 +154,50 @@ class NonFiniteDetector(Detector):
             if root:  # the probe's own hook on a probed model calls it (`on_forward`): one hook less per forward
                 self._root_hooks[probe.root_index[id(module)]] = self._forward_hook(index, module, True, False)
                 continue
-            covered = layers.is_covered(module)
-            hooks.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, root, covered))))
+            if layers.is_covered(module):
+                self._covered_alone.append(index)
+                half = half or any(p.dtype is torch.float16 for p in module.parameters(recurse=False))
+                continue
+            hooks.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, False, False))))
+        self._order_covered(grouped)
+        # Armed from the start: a gradient hook per layer output, values read after updates (an
+        # accelerator: parameters are no longer those of the forward pass), float16 layers (which
+        # overflow: their outputs are reduced).
+        if self.config.backward_hooks or self._eager_state or half:
+            self._arm()
+
+    def _order_covered(self, grouped: set[int]) -> None:
+        """Each probed model's covered layers in completion order: children before their parent,
+        siblings in registration order (the order of a forward that calls them as declared)."""
+        probe = self.probe
+        covered = grouped | set(self._covered_alone)
+        rank = self._rank
+        for root in probe.models:
+            order: list[int] = []
+
+            def visit(module: nn.Module) -> None:
+                for child in module._modules.values():
+                    if child is not None and probe.module_index.get(id(child), -1) not in rank:
+                        visit(child)
+                index = probe.module_index[id(module)]
+                if index not in rank:
+                    rank[index] = len(rank)
+                    if index in covered:
+                        order.append(index)
+            visit(root)
+            self._covered_of[probe.module_index[id(root)]] = order
+
+    def _arm(self) -> None:
+        """Hook the covered layers and dense groups: each forward records which of them ran, in order."""
+        if self._armed or self._stack is None:
+            return
+        self._armed = True
+        modules = self.probe.modules
+        for index in self._covered_alone:
+            module = modules[index][1]
+            self._stack.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, False, True))))
         if self._groups:
-            hooks.callback(self._unhook_groups)
+            self._stack.callback(self._unhook_groups)
             for group in self._groups:
                 self._plan(group)
 
@@ -203,7 +258,7 @@ class NonFiniteDetector(Detector):
             self._unhook(group)
 
     def on_mode_change(self, module: nn.Module) -> None:
-        if self._groups:
+        if self._groups and self._armed:
             self._replan = True
 
     def _group_hook(self, group: _Group) -> Callable[..., None]:
@@ -247,6 +302,8 @@ class NonFiniteDetector(Detector):
     def on_forward_pre(self, root: int, module: nn.Module, args: tuple[Any, ...]) -> None:
         self._depth += 1
         self._last = _dead  # a new forward pass: nothing before it is a child's output
+        self._entered = True
+        self._note(self._root_index[root], _ENTER)
         if self._replan:
             self._replan = False
             for group in self._groups:
@@ -285,6 +342,8 @@ class NonFiniteDetector(Detector):
                     if type(output) is torch.Tensor and grad_hook is None and output.is_floating_point():
                         # the usual probed model: one output, always reduced (nothing outside
                         # a probed model returns it, so it need not be remembered)
+                        if output.dtype not in _TRUSTED_DTYPES and not self._armed:
+                            self._arm_next = True  # float16 layers inside (autocast): check them one by one
                         if self._repeat(output, _version(output), True) is None:
                             self._record_forward(output, index, _OUTPUT)
                         else:
@@ -301,6 +360,8 @@ class NonFiniteDetector(Detector):
                     return
                 for t in float_tensors(output):
                     version = _version(t)
+                    if root and t.dtype not in _TRUSTED_DTYPES and not self._armed:
+                        self._arm_next = True
                     if trusted and t.dtype is not torch.float16:  # float16 overflows: reduce it
                         ran[index] = None
                         self._note(index, _COVERED)
@@ -384,16 +445,63 @@ class NonFiniteDetector(Detector):
         block = None
         if reads:
             block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._recs,
-                           loss is not None, self._bwd_idx, ran, state, positions, self._held)
+                           loss is not None, self._bwd_idx, ran, state, positions, self._held, not self._armed)
+        if not self._armed and opt is not None:
+            # A step with a loss but no probed model's forward: the loop calls the models' layers
+            # itself (`model.head(x)`), where only their own hooks see them.
+            if self._arm_next or (loss is not None and not self._entered and self._folded):
+                self._arm()
+            self._folded = True
         self._clear()
         return block
 
     def _parameters_of(self, ran: list[int]) -> list[tuple[int, torch.Tensor]]:
+        """The parameters of the covered layers in `ran`, and the running statistics of those that
+        normalise with them now (eval mode): what their output is finite with."""
         modules = self.probe.modules
-        return [(i, p) for i in ran for p in modules[i][1]._parameters.values() if p is not None and p.numel()]
+        state = []
+        for i in ran:
+            module = modules[i][1]
+            state.extend((i, p) for p in module._parameters.values() if p is not None and p.numel())
+            if layers.uses_running_stats(module):
+                state.extend((i, b) for name, b in module._buffers.items()
+                             if name in _RUNNING and b is not None and b.is_floating_point())
+        return state
+
+    def _state_name(self, index: int, t: torch.Tensor) -> str:
+        name = self.probe.param_names.get(id(t))
+        if name is not None:
+            return name
+        qual, module = self.probe.modules[index]
+        return next((f"{qual}.{key}" for key, b in module._buffers.items() if b is t), self.probe.param_name(t))
+
+    def _expand(self, block: _Block) -> None:
+        """Put the covered layers into a lean block's records: each probed model's covered layers
+        in completion order, before the first record of a module that completes after them and
+        all of them before the model's own output, as their hooks would have recorded them."""
+        records: list[tuple[int, int]] = []
+        ran: dict[int, None] = {}
+        rank = self._rank
+        covered: list[int] = []
+        k = 0
+        root = -1
+        for index, kind in block.records:
+            if kind == _ENTER:
+                root, covered, k = index, self._covered_of.get(index, []), 0
+            elif root >= 0 and kind in (_OUTPUT, _PASSED):
+                at = rank.get(index, -1)
+                while k < len(covered) and (index == root or rank[covered[k]] < at):
+                    records.append((covered[k], _COVERED))
+                    ran[covered[k]] = None
+                    k += 1
+                if index == root:
+                    root = -1
+            records.append((index, kind))
+        block.records, block.ran, block.lean = records, list(ran), False
 
     def _clear(self) -> None:
         self._last = _dead
+        self._entered = False
         self._fwd, self._recs, self._held = [], [], []
         self._ran.clear()
         self._bwd, self._bwd_idx = [], []
@@ -462,6 +570,8 @@ class NonFiniteDetector(Detector):
     # Localisation (only when a non-finite value was seen) -----------------------------------
     def _localise(self, block: _Block, flags: list[bool], note: str | None) -> bool:
         names = self.probe.modules
+        if block.lean:
+            self._expand(block)
         nf = sum(kind in _REDUCED for kind in block.kinds)
         fwd, rest = flags[:nf], flags[nf:]
         loss_ok = rest[0] if block.loss else True
@@ -478,7 +588,7 @@ class NonFiniteDetector(Detector):
         bad_state: dict[int, list[str]] = {}
         for (index, p), ok in zip(checked, state):
             if not ok:
-                bad_state.setdefault(index, []).append(self.probe.param_name(p))
+                bad_state.setdefault(index, []).append(self._state_name(index, p))
         suffix = f" ({note})" if note else ""
         code, where, message = None, None, ""
         fault = self._first_forward_fault(block, fwd, bad_state)
@@ -556,6 +666,8 @@ class NonFiniteDetector(Detector):
                 if not ok:
                     return index, kind, unchecked
                 unchecked = []
+            elif kind == _ENTER:
+                unchecked = []
             elif kind == _COVERED:
                 if index in bad_state:
                     return index, kind, unchecked
@@ -605,7 +717,7 @@ class NonFiniteDetector(Detector):
         target = self._module_by_name.get(owner, -1)
         segments: list[list[int]] = [[]]
         for kind, index in zip(block.kinds, block.forward):
-            if kind in (_INPUT, _INPUT_HELD):
+            if kind in (_INPUT, _INPUT_HELD, _ENTER):
                 segments.append([])
             else:
                 segments[-1].append(index)
