@@ -268,13 +268,19 @@ class _AllBut:
     def __init__(self, cache: object, path: str) -> None:
         self.cache, self.path = cache, path
 
-    def analysis(self, path: str, codes: tuple[str, ...], promised: bool) -> object:
+    def analysis(self, path: str, codes: tuple[str, ...], promised: bool, answer: bool = True) -> object:
         import os
 
-        return None if os.path.realpath(path) == self.path else self.cache.analysis(path, codes, promised)
+        return None if os.path.realpath(path) == self.path else self.cache.analysis(path, codes, promised, answer)
+
+    def unsure(self, path: str, codes: tuple[str, ...]) -> bool:
+        return self.cache.unsure(path, codes)
 
     def keep_analysis(self, result: object, codes: tuple[str, ...], promised: bool) -> None:
         return None
+
+    def learn(self, facts: object) -> None:
+        self.cache.learn(facts)
 
 
 def relint_one(root: Path, files: list[Path], jobs: int, repeat: int = 5) -> None:

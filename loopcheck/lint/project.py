@@ -217,13 +217,10 @@ class Project:
         finally:
             self._consulting.pop()
 
-    @contextmanager
-    def _unrecorded(self) -> Iterator[None]:
-        self._consulting.append(Reads())
-        try:
-            yield
-        finally:
-            self._consulting.pop()
+    def _unrecorded(self) -> "_Unrecorded":
+        """A block whose reads no analysis records (asked on hot paths: a plain object, not a
+        generator-based context manager)."""
+        return _Unrecorded(self._consulting)
 
     def _note(self, path: Path | str) -> None:
         if self._consulting:
@@ -687,6 +684,20 @@ def _derive(name: str, project: "Project") -> tuple[Any, str, list[str]]:
     return getattr(importlib.import_module(module), function)(project)
 
 
+class _Unrecorded:
+    def __init__(self, stack: list["Reads"]) -> None:
+        self.stack = stack
+
+    def __enter__(self) -> None:
+        self.stack.append(_DISCARDED)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.pop()
+        _DISCARDED.files.clear()
+        _DISCARDED.facts.clear()
+        _DISCARDED.sources.clear()
+
+
 @dataclass
 class Reads:
     """What one analysis read of its project: whole files (absolute paths), and questions it
@@ -764,3 +775,6 @@ _NOT_LOCAL = frozenset(
         "warnings", "subprocess", "pickle", "abc", "enum", "socket", "datetime", "tempfile",
     }
 )
+
+
+_DISCARDED = Reads()  # where unrecorded reads go (never read back)
