@@ -104,8 +104,9 @@ class Project:
         self._words: dict[str, list[str]] | None = None  # word -> project files holding it
         self._overlays: dict[str, tuple[int, str]] = {}  # open buffers: path -> (version, text)
         self._version = 0
-        # a file's analysis, kept with the stamps of every file it read (`consulting`)
-        self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, list]] = {}
+        # a file's analysis, kept with what it read (`consulting`): (path, codes) -> (stamps of the
+        # files it read, its questions and answers, its findings and errors, where the answers came from)
+        self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, tuple[list, list], dict]] = {}
         self._consulting: list[Reads] = []  # open analyses: what each has read
         self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
 
@@ -207,9 +208,10 @@ class Project:
 
     @contextmanager
     def consulting(self) -> Iterator["Reads"]:
-        """Record what an analysis reads of the project while the block runs (files parsed, read
-        or summarised; answers about what modules reach): its result depends on exactly those
-        besides its own file. Nested analyses (a dependent analysed on the way) record their own."""
+        """Record what an analysis reads of the project while the block runs (`Reads`: files
+        parsed, read or summarised whole; questions about other files with their answers): its
+        result depends on exactly those besides its own file. Nested analyses (a dependent
+        analysed on the way) record their own."""
         reads = Reads()
         self._consulting.append(reads)
         try:
@@ -246,7 +248,7 @@ class Project:
 
     def load(self, from_path: str, module: str, level: int = 0, *, whole: bool = True) -> ParsedModule | None:
         """The parsed module `module` imported from `from_path`. `whole`: the analysis asking
-        depends on all of it; else the caller notes the parts it reads (`note_part`)."""
+        depends on all of it; else the caller notes the parts it reads (`part_reader`)."""
         target = self.resolve(from_path, module, level)
         if target is None or os.path.realpath(target) == os.path.realpath(from_path):
             return None
