@@ -171,6 +171,7 @@ class Readings:
         self._size = 0
         self._host: list[float] | None = None
         self._finite: bool | None = None
+        self._bad = False  # a value sealed as host floats since the last sentinel was not finite
 
     def add(self, values: Sequence[torch.Tensor]) -> slice:
         start = self._size
@@ -185,7 +186,11 @@ class Readings:
         """Stack the values queued so far into one vector (no host sync) and let the scalars go."""
         if self._open:
             if self.on_cpu:
-                self._parts.append([v.item() for v in self._open])
+                values = [v.item() for v in self._open]
+                self._parts.append(values)
+                # judged now: the sentinel of a CPU run only asks whether one of them was not finite
+                if not math.isfinite(sum(values)) and not all(map(math.isfinite, values)):
+                    self._bad = True
             else:
                 self._parts.append(stack_scalars(self._open))
             self._open = []
@@ -204,6 +209,11 @@ class Readings:
         step; on CUDA each verdict is then read exactly `_LAG` steps later on every rank, waiting
         for its event if the device is that far behind.
         """
+        if combine is None and self.on_cpu:  # every part is host floats, judged as it was sealed
+            self._watched = len(self._parts)
+            self._steps += 1
+            bad, self._bad = self._bad, False
+            return bad
         new = self._parts[self._watched:]
         self._watched = len(self._parts)
         self._steps += 1
@@ -277,6 +287,7 @@ class Readings:
     def clear(self) -> None:
         self._parts, self._open, self._size, self._host, self._finite = [], [], 0, None, None
         self._watched = 0
+        self._bad = False
         self._inflight.clear()
 
 

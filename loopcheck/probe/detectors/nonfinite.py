@@ -339,16 +339,16 @@ class NonFiniteDetector(Detector):
                 if root:
                     if self._depth > 0:
                         self._depth -= 1
-                    if type(output) is torch.Tensor and grad_hook is None and output.is_floating_point():
+                    if type(output) is torch.Tensor and grad_hook is None and output.dtype is torch.float32:
                         # the usual probed model: one output, always reduced (nothing outside
                         # a probed model returns it, so it need not be remembered)
-                        if output.dtype not in _TRUSTED_DTYPES and not self._armed:
-                            self._arm_next = True  # float16 layers inside (autocast): check them one by one
-                        if self._repeat(output, _version(output), True) is None:
-                            self._record_forward(output, index, _OUTPUT)
+                        if self._last is _dead or self._repeat(output, _version(output), True) is None:
+                            self._fwd.append(finite_probe_value(output))
                         else:
                             self._fwd.append(self._fwd[-1])
-                            self._note(index, _OUTPUT)
+                        self._recs.append((index, _OUTPUT))
+                        if len(self._recs) >= _FOLD_AT:
+                            self._note_fold()
                         return
                 trusted = covered and self._depth > 0 and not (stats and layers.uses_running_stats(module))
                 if (trusted and grad_hook is None and type(output) is torch.Tensor
@@ -361,7 +361,7 @@ class NonFiniteDetector(Detector):
                 for t in float_tensors(output):
                     version = _version(t)
                     if root and t.dtype not in _TRUSTED_DTYPES and not self._armed:
-                        self._arm_next = True
+                        self._arm_next = True  # float16 layers inside (autocast): check them one by one
                     if trusted and t.dtype is not torch.float16:  # float16 overflows: reduce it
                         ran[index] = None
                         self._note(index, _COVERED)
@@ -402,9 +402,12 @@ class NonFiniteDetector(Detector):
     def _note(self, index: int, kind: int) -> None:
         self._recs.append((index, kind))
         if len(self._recs) >= _FOLD_AT:
-            block = self._fold(opt=None)
-            if block is not None:
-                self._blocks.append(block)
+            self._note_fold()
+
+    def _note_fold(self) -> None:
+        block = self._fold(opt=None)
+        if block is not None:
+            self._blocks.append(block)
 
     def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
