@@ -635,8 +635,8 @@ class Probe:
         for det in self.detectors:
             if not det.enabled:
                 continue
-            for name in _HOOKS:
-                if getattr(type(det), name) is not getattr(Detector, name) and name not in det.idle:
+            for name in _overrides(type(det)):
+                if name not in det.idle:
                     calls[name].append((det, getattr(det, name)))
         # A new mapping, not an update: a dispatch running now keeps the tuple it started with.
         self._calls = {name: tuple(pairs) for name, pairs in calls.items()}
@@ -741,6 +741,17 @@ class Probe:
                 self._log.close()
             if self.config.summary and self.is_main:
                 print_summary(self)
+
+
+_OVERRIDES: dict[type, tuple[str, ...]] = {}
+
+
+def _overrides(cls: type) -> tuple[str, ...]:
+    """The hook methods a detector class overrides (looked up once per class: `listen` rebuilds often)."""
+    names = _OVERRIDES.get(cls)
+    if names is None:
+        names = _OVERRIDES[cls] = tuple(n for n in _HOOKS if getattr(cls, n) is not getattr(Detector, n))
+    return names
 
 
 def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:

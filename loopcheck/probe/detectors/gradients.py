@@ -161,6 +161,7 @@ class GradResetDetector(Detector):
         super().__init__(probe)
         self._tracked: dict[int, tuple[torch.Tensor, weakref.ref, int]] = {}
         self._at_risk: dict[int, int] = {}  # id(param) -> optimizer index
+        self.idle = frozenset({"on_step_pre"})  # until a backward finds gradients at risk
 
     def on_step(self, index: int, optimizer: Any) -> None:
         """Follow the first `_TRACKED` dense gradients of this optimizer from now on."""
@@ -193,7 +194,11 @@ class GradResetDetector(Detector):
                 self._at_risk.pop(key, None)
             else:
                 self._at_risk[key] = 1
-        return bool(self._at_risk)  # their versions move with this backward: follow them after it
+        if not self._at_risk:
+            return False
+        if "on_step_pre" in self.idle:
+            self.probe.listen(self, "on_step_pre", True)
+        return True  # their versions move with this backward: follow them after it
 
     def after_backward(self, tensor: torch.Tensor) -> None:
         for key in self._at_risk:
@@ -204,6 +209,7 @@ class GradResetDetector(Detector):
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
         if not self._at_risk:
+            self.probe.listen(self, "on_step_pre", False)
             return
         ids = {id(p) for p in self.probe.opt_params[index]}
         stale = [self._tracked[k][0] for k in self._at_risk if k in ids]
@@ -326,8 +332,11 @@ class UpdateRatioDetector(Detector):
         self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._high: dict[int, int] = defaultdict(int)
         self._first: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (ratio, matrix) of the first steps
+        self.idle = frozenset({"on_step"})
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
+        if self._before:
+            self._measure(index)  # the previous step's change, before this one moves the weights again
         if index not in self._params:
             self._choose(index, optimizer)
         applied = self.probe._applied[index]
@@ -337,6 +346,8 @@ class UpdateRatioDetector(Detector):
         if rows:
             with no_grad():
                 self._before[index] = [r.clone() for r in rows]
+            if applied >= _FIRST_STEPS:  # a sample follows this step: measure right after it
+                self.probe.listen(self, "on_step", True)
 
     def _choose(self, index: int, optimizer: Any) -> None:
         """At the optimizer's first step: the matrices to measure, and their norms before it."""
@@ -356,9 +367,16 @@ class UpdateRatioDetector(Detector):
             self._start[index] = self.probe.readings.add(fused_norms(rows))
 
     def on_step_skipped(self, index: int, optimizer: Any) -> None:
-        self._before.pop(index, None)
+        self._measure(index)  # a skipped step leaves the weights as the last applied one did
 
     def on_step(self, index: int, optimizer: Any) -> None:
+        self._measure(index)
+        if not self._before:
+            self.probe.listen(self, "on_step", False)
+
+    def _measure(self, index: int) -> None:
+        """The change made by optimizer `index`'s last step: right after the steps a sample follows,
+        else at its next step (the weights are still those the step left): no call after every step."""
         before = self._before.pop(index, None)
         if before is None:
             return
@@ -369,6 +387,8 @@ class UpdateRatioDetector(Detector):
         self._pending.append((self.probe._applied[index], index, self.probe.readings.add(values)))
 
     def on_sample(self, step: int, final: bool) -> None:
+        for index in list(self._before):
+            self._measure(index)
         pending, self._pending = self._pending, []
         if not pending and not any(isinstance(v, slice) for v in self._start.values()):
             return
