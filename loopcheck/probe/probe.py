@@ -451,7 +451,7 @@ class Probe:
             self._applied[i] += 1
             if i == 0:
                 self.step += 1
-            self._dispatch("on_step", i, optimizer)
+            self._dispatch("on_step" if i == 0 else "on_step_others", i, optimizer)
             if i == 0 and self.step % self.config.every == 0:
                 self._sample(final=False)
         return hook
@@ -638,6 +638,8 @@ class Probe:
             for name in _overrides(type(det)):
                 if name not in det.idle:
                     calls[name].append((det, getattr(det, name)))
+        # The steps of the other optimizers go only to the detectors that count them too.
+        calls["on_step_others"] = [(det, fn) for det, fn in calls["on_step"] if not det.first_optimizer_steps]
         # A new mapping, not an update: a dispatch running now keeps the tuple it started with.
         self._calls = {name: tuple(pairs) for name, pairs in calls.items()}
         self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)

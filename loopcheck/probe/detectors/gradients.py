@@ -231,6 +231,7 @@ class UnusedParamsDetector(Detector):
     """LP404: trainable parameters of an optimizer that never had a gradient at any step."""
 
     codes = ("LP404",)
+    first_optimizer_steps = True
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)

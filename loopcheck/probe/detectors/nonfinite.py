@@ -93,6 +93,7 @@ class _Block:
 
 class NonFiniteDetector(Detector):
     codes = ("LP103", "LP104", "LP105")
+    first_optimizer_steps = True  # `on_step` counts the GradScaler's skips of the first optimizer
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
