@@ -16,6 +16,16 @@ hold the values the forward pass used; on an accelerator, where the verdict come
 their largest magnitudes are queued every step instead (one fused call). GradScaler skips are
 normal overflow handling: their records are dropped, and only a persistent run of skips is
 reported.
+
+Lean until armed: on the CPU the dense layers and dense groups carry no hook at all (a hook costs
+every call of its module, through torch's slow call path). A probed model's forward records that
+it started and its output; when a step turns out non-finite, its covered layers are put into the
+step's records in the order they complete in its forward (children before their parent, in
+registration order) and judged by their parameters, and, for a normalisation in eval mode, by its
+running statistics. The layers get their hooks (`_arm`) when that order cannot be relied on: a
+step whose loss came without a probed model's forward (the loop calls the layers itself), a
+float16 output (float16 layers overflow: their outputs are reduced), an accelerator or
+`backward_hooks`.
 """
 
 from __future__ import annotations
