@@ -157,7 +157,6 @@ class NonFiniteDetector(Detector):
         hooks = self._stack = probe.hooks
         roots = {id(m) for m in probe.models}
         grouped = self._find_groups(roots)
-        half = False
         for index, (_, module) in enumerate(probe.modules):
             root = id(module) in roots
             if not root and (index in grouped or layers.is_safe(module) or layers.is_pass_through(module)):
@@ -167,10 +166,11 @@ class NonFiniteDetector(Detector):
                 continue
             if layers.is_covered(module):
                 self._covered_alone.append(index)
-                half = half or any(p.dtype is torch.float16 for p in module.parameters(recurse=False))
                 continue
             hooks.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, False, False))))
         self._order_covered(grouped)
+        half = any(p.dtype is torch.float16 for index in [*grouped, *self._covered_alone]
+                   for p in probe.modules[index][1].parameters(recurse=False))
         # Armed from the start: a gradient hook per layer output, values read after updates (an
         # accelerator: parameters are no longer those of the forward pass), float16 layers (which
         # overflow: their outputs are reduced).
