@@ -365,7 +365,7 @@ class UpdateRatioDetector(Detector):
         self._params[index] = params
         self._rows[index] = rows = [_rows(p) for p in params]
         if rows:
-            self._start[index] = self.probe.readings.add(fused_norms(rows))
+            self._start[index] = self.probe.readings.add(fused_norms([r.contiguous() for r in rows]))
 
     def on_step_skipped(self, index: int, optimizer: Any) -> None:
         self._measure(index)  # a skipped step leaves the weights as the last applied one did
@@ -381,10 +381,11 @@ class UpdateRatioDetector(Detector):
         before = self._before.pop(index, None)
         if before is None:
             return
-        rows = self._rows[index]
         with no_grad():
-            torch._foreach_sub_(before, rows)
-            values = fused_norms(before) + fused_norms(rows)
+            # a strided view of every k-th row is reduced far more slowly than a contiguous copy of it
+            after = [r.contiguous() for r in self._rows[index]]
+            torch._foreach_sub_(before, after)
+            values = fused_norms(before) + fused_norms(after)
         self._pending.append((self.probe._applied[index], index, self.probe.readings.add(values)))
 
     def on_sample(self, step: int, final: bool) -> None:
