@@ -161,7 +161,6 @@ class GradResetDetector(Detector):
         super().__init__(probe)
         self._tracked: dict[int, tuple[torch.Tensor, weakref.ref, int]] = {}
         self._at_risk: dict[int, int] = {}  # id(param) -> optimizer index
-        self.idle = frozenset({"on_step_pre"})  # until a backward finds gradients at risk
 
     def on_step(self, index: int, optimizer: Any) -> None:
         """Follow the first `_TRACKED` dense gradients of this optimizer from now on."""
@@ -194,11 +193,7 @@ class GradResetDetector(Detector):
                 self._at_risk.pop(key, None)
             else:
                 self._at_risk[key] = 1
-        if not self._at_risk:
-            return False
-        if "on_step_pre" in self.idle:
-            self.probe.listen(self, "on_step_pre", True)
-        return True  # their versions move with this backward: follow them after it
+        return bool(self._at_risk)  # their versions move with this backward: follow them after it
 
     def after_backward(self, tensor: torch.Tensor) -> None:
         for key in self._at_risk:
@@ -209,7 +204,6 @@ class GradResetDetector(Detector):
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
         if not self._at_risk:
-            self.probe.listen(self, "on_step_pre", False)
             return
         ids = {id(p) for p in self.probe.opt_params[index]}
         stale = [self._tracked[k][0] for k in self._at_risk if k in ids]
