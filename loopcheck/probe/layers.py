@@ -22,6 +22,9 @@ is most of the probe's cost on a convolutional network. Most modules do not need
 
 A covered module called outside a probed model's forward (e.g. `model.head(x)` from the loop) or
 a normalisation that uses running statistics (eval mode) has its output reduced as well.
+
+These hooks are what the non-finite detector puts in place once armed; until then covered layers
+and dense groups have none (see `loopcheck.probe.detectors.nonfinite`).
 """
 
 from __future__ import annotations

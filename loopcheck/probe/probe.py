@@ -451,7 +451,7 @@ class Probe:
             self._applied[i] += 1
             if i == 0:
                 self.step += 1
-            self._dispatch("on_step", i, optimizer)
+            self._dispatch("on_step" if i == 0 else "on_step_others", i, optimizer)
             if i == 0 and self.step % self.config.every == 0:
                 self._sample(final=False)
         return hook
@@ -635,9 +635,11 @@ class Probe:
         for det in self.detectors:
             if not det.enabled:
                 continue
-            for name in _HOOKS:
-                if getattr(type(det), name) is not getattr(Detector, name) and name not in det.idle:
+            for name in _overrides(type(det)):
+                if name not in det.idle:
                     calls[name].append((det, getattr(det, name)))
+        # The steps of the other optimizers go only to the detectors that count them too.
+        calls["on_step_others"] = [(det, fn) for det, fn in calls["on_step"] if not det.first_optimizer_steps]
         # A new mapping, not an update: a dispatch running now keeps the tuple it started with.
         self._calls = {name: tuple(pairs) for name, pairs in calls.items()}
         self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
@@ -741,6 +743,17 @@ class Probe:
                 self._log.close()
             if self.config.summary and self.is_main:
                 print_summary(self)
+
+
+_OVERRIDES: dict[type, tuple[str, ...]] = {}
+
+
+def _overrides(cls: type) -> tuple[str, ...]:
+    """The hook methods a detector class overrides (looked up once per class: `listen` rebuilds often)."""
+    names = _OVERRIDES.get(cls)
+    if names is None:
+        names = _OVERRIDES[cls] = tuple(n for n in _HOOKS if getattr(cls, n) is not getattr(Detector, n))
+    return names
 
 
 def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -100,10 +100,6 @@ def fused_norms(tensors: Sequence[torch.Tensor], dtype: torch.dtype = torch.floa
     norm of float32 or half values finite exactly when every value is. No host sync.
     """
     with no_grad():
-        if dtype is torch.float32:
-            large = [k for k, t in enumerate(tensors) if _blas_norm(t)]
-            if large:
-                return _with_blas_norms(tensors, large)
         try:
             # float32, float16 and bfloat16 reduce to float32 in one call; float64 refuses the narrowing
             return list(torch._foreach_norm(tensors, 2, dtype=dtype))
@@ -113,30 +109,6 @@ def fused_norms(tensors: Sequence[torch.Tensor], dtype: torch.dtype = torch.floa
             return [n.to(dtype) for n in torch._foreach_norm(tensors, 2)]
         except (RuntimeError, TypeError, AttributeError):
             return [torch.linalg.vector_norm(t.to(torch.promote_types(t.dtype, dtype))).to(dtype) for t in tensors]
-
-
-# A float32 CPU tensor at least this large has its norm computed by BLAS (a dot product with
-# itself): a quarter cheaper than `_foreach_norm`'s reduction, which is most of the probe's cost per
-# step on a dense model.
-_BLAS_NORM_MIN = 1 << 15
-
-
-def _blas_norm(t: torch.Tensor) -> bool:
-    return (t.dtype is torch.float32 and t.device.type == "cpu" and t.numel() >= _BLAS_NORM_MIN
-            and not t.is_sparse and t.is_contiguous())
-
-
-def _with_blas_norms(tensors: Sequence[torch.Tensor], large: list[int]) -> list[torch.Tensor]:
-    """`fused_norms` of float32 tensors, the `large` ones by BLAS and the rest in one fused call."""
-    norms: list[Any] = [None] * len(tensors)
-    for k in large:
-        flat = tensors[k].view(-1)
-        norms[k] = torch.dot(flat, flat).sqrt_()
-    rest = [k for k in range(len(tensors)) if norms[k] is None]
-    if rest:
-        for k, n in zip(rest, fused_norms([tensors[k] for k in rest])):
-            norms[k] = n
-    return norms
 
 
 def no_grad() -> Any:
@@ -199,6 +171,7 @@ class Readings:
         self._size = 0
         self._host: list[float] | None = None
         self._finite: bool | None = None
+        self._bad = False  # a value sealed as host floats since the last sentinel was not finite
 
     def add(self, values: Sequence[torch.Tensor]) -> slice:
         start = self._size
@@ -213,7 +186,11 @@ class Readings:
         """Stack the values queued so far into one vector (no host sync) and let the scalars go."""
         if self._open:
             if self.on_cpu:
-                self._parts.append([v.item() for v in self._open])
+                values = [v.item() for v in self._open]
+                self._parts.append(values)
+                # judged now: the sentinel of a CPU run only asks whether one of them was not finite
+                if not math.isfinite(sum(values)) and not all(map(math.isfinite, values)):
+                    self._bad = True
             else:
                 self._parts.append(stack_scalars(self._open))
             self._open = []
@@ -232,6 +209,11 @@ class Readings:
         step; on CUDA each verdict is then read exactly `_LAG` steps later on every rank, waiting
         for its event if the device is that far behind.
         """
+        if combine is None and self.on_cpu:  # every part is host floats, judged as it was sealed
+            self._watched = len(self._parts)
+            self._steps += 1
+            bad, self._bad = self._bad, False
+            return bad
         new = self._parts[self._watched:]
         self._watched = len(self._parts)
         self._steps += 1
@@ -305,6 +287,7 @@ class Readings:
     def clear(self) -> None:
         self._parts, self._open, self._size, self._host, self._finite = [], [], 0, None, None
         self._watched = 0
+        self._bad = False
         self._inflight.clear()
 
 

@@ -348,3 +348,16 @@ def test_a_probed_sequential_is_one_group_and_still_names_its_layer():
             opt_g.step()
     f = next(f for f in probe.findings if f.code == "LP103")
     assert f.where == "model1.3" and f.step == 8 and "model1.3.weight" in f.message
+
+
+def test_a_float16_sequential_is_armed_from_the_start_and_checks_its_layers_one_by_one():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).half()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        x = torch.randn(4, 8).half()
+        opt.zero_grad()
+        F.cross_entropy(model(x).float(), torch.zeros(4, dtype=torch.long)).backward()
+        opt.step()
+        assert sorted(name for name, m in model.named_modules() if m._forward_hooks) == ["", "0", "2"]
+    assert probe.findings == []

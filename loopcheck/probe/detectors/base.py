@@ -27,6 +27,8 @@ class Detector:
     # Whether it reads the per-parameter gradient norms of each step (`Probe.grad_norms`): the
     # probe computes them at every optimizer step only when some detector does.
     wants_norms: bool = False
+    # Whether `on_step` needs only the steps of the first optimizer (the probe's step clock).
+    first_optimizer_steps: bool = False
 
     def __init__(self, probe: "Probe") -> None:
         self.probe = probe

@@ -20,6 +20,7 @@ from loopcheck.probe.detectors.base import Detector
 
 class DataStallDetector(Detector):
     codes = ("LP601",)
+    first_optimizer_steps = True
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)

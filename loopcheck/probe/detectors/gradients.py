@@ -225,6 +225,7 @@ class UnusedParamsDetector(Detector):
     """LP404: trainable parameters of an optimizer that never had a gradient at any step."""
 
     codes = ("LP404",)
+    first_optimizer_steps = True
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
@@ -326,8 +327,11 @@ class UpdateRatioDetector(Detector):
         self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._high: dict[int, int] = defaultdict(int)
         self._first: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (ratio, matrix) of the first steps
+        self.idle = frozenset({"on_step"})
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
+        if self._before:
+            self._measure(index)  # the previous step's change, before this one moves the weights again
         if index not in self._params:
             self._choose(index, optimizer)
         applied = self.probe._applied[index]
@@ -337,6 +341,8 @@ class UpdateRatioDetector(Detector):
         if rows:
             with no_grad():
                 self._before[index] = [r.clone() for r in rows]
+            if applied >= _FIRST_STEPS:  # a sample follows this step: measure right after it
+                self.probe.listen(self, "on_step", True)
 
     def _choose(self, index: int, optimizer: Any) -> None:
         """At the optimizer's first step: the matrices to measure, and their norms before it."""
@@ -353,22 +359,32 @@ class UpdateRatioDetector(Detector):
         self._params[index] = params
         self._rows[index] = rows = [_rows(p) for p in params]
         if rows:
-            self._start[index] = self.probe.readings.add(fused_norms(rows))
+            self._start[index] = self.probe.readings.add(fused_norms([r.contiguous() for r in rows]))
 
     def on_step_skipped(self, index: int, optimizer: Any) -> None:
-        self._before.pop(index, None)
+        self._measure(index)  # a skipped step leaves the weights as the last applied one did
 
     def on_step(self, index: int, optimizer: Any) -> None:
+        self._measure(index)
+        if not self._before:
+            self.probe.listen(self, "on_step", False)
+
+    def _measure(self, index: int) -> None:
+        """The change made by optimizer `index`'s last step: right after the steps a sample follows,
+        else at its next step (the weights are still those the step left): no call after every step."""
         before = self._before.pop(index, None)
         if before is None:
             return
-        rows = self._rows[index]
         with no_grad():
-            torch._foreach_sub_(before, rows)
-            values = fused_norms(before) + fused_norms(rows)
+            # a strided view of every k-th row is reduced far more slowly than a contiguous copy of it
+            after = [r.contiguous() for r in self._rows[index]]
+            torch._foreach_sub_(before, after)
+            values = fused_norms(before) + fused_norms(after)
         self._pending.append((self.probe._applied[index], index, self.probe.readings.add(values)))
 
     def on_sample(self, step: int, final: bool) -> None:
+        for index in list(self._before):
+            self._measure(index)
         pending, self._pending = self._pending, []
         if not pending and not any(isinstance(v, slice) for v in self._start.values()):
             return

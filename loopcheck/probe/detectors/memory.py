@@ -28,7 +28,6 @@ from loopcheck.probe.stats import float_tensors
 
 _KEY = "loopcheck"
 _MIN_RETAINED = 3  # old graphs alive at the same time before LP202 is reported
-_DEPTH = 2
 _MAX_NODES = 8
 _MIB = 1024 * 1024
 
@@ -42,6 +41,7 @@ class _Marker:
 
 class RetainedGraphDetector(Detector):
     codes = ("LP202",)
+    first_optimizer_steps = True
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
@@ -69,23 +69,19 @@ class RetainedGraphDetector(Detector):
             return
         marker = _Marker(self.probe.step)
         marked = 0
-        frontier = [node]
-        for depth in range(_DEPTH, 0, -1):
-            below = []
-            for n in frontier:
-                if marked >= _MAX_NODES:
-                    break
-                if type(n).__name__ == "AccumulateGrad":
-                    continue
-                meta = n.metadata
-                if _KEY not in meta:
-                    meta[_KEY] = marker
-                    marked += 1
-                if depth > 1:  # the last level's children are not marked: do not list them
-                    below.extend(child for child, _ in n.next_functions if child is not None)
-            frontier = below
+        meta = node.metadata
+        if _KEY not in meta:
+            meta[_KEY] = marker
+            marked = 1
+        for child, _ in node.next_functions:  # the nodes just below the loss (their children are not marked)
+            if child is None or marked >= _MAX_NODES or type(child).__name__ == "AccumulateGrad":
+                continue
+            meta = child.metadata
+            if _KEY not in meta:
+                meta[_KEY] = marker
+                marked += 1
         if marked:
-            self._live.append((self.probe.step, weakref.ref(marker)))
+            self._live.append((marker.step, weakref.ref(marker)))
 
     def on_step(self, index: int, optimizer: Any) -> None:
         if index != 0:

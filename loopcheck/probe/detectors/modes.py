@@ -82,6 +82,7 @@ class ModeDetector(Detector):
         self._evaluated: set[int] = set()  # roots with a no-grad pass in train mode in this step
         self._intervals = 0  # steps ended so far
         self._last_eval: dict[int, int] = {}  # per root: the last step (interval) with such a pass
+        self.idle = frozenset({"on_backward"})  # until a forward is made where training in eval mode is possible
 
     def _state(self, i: int) -> _State:
         state = self._states.get(i)
@@ -133,6 +134,8 @@ class ModeDetector(Detector):
         if torch.is_grad_enabled():
             alarm = self._alarm if self._alarm is not None else self._find_alarm()
             if alarm and root in alarm:
+                if not self._trained:  # its backward is judged: listen to the next one
+                    self.probe.listen(self, "on_backward", True)
                 self._trained.add(root)
             if self._no_grad_run:
                 self._no_grad_run.clear()  # training goes on: a teacher's pass before it is not evaluation
@@ -182,6 +185,7 @@ class ModeDetector(Detector):
             self._last_eval[root] = interval
 
     def on_backward(self, tensor: torch.Tensor) -> None:
+        self.probe.listen(self, "on_backward", False)
         if not self._trained:
             return
         roots, self._trained = self._trained, set()

@@ -16,6 +16,16 @@ hold the values the forward pass used; on an accelerator, where the verdict come
 their largest magnitudes are queued every step instead (one fused call). GradScaler skips are
 normal overflow handling: their records are dropped, and only a persistent run of skips is
 reported.
+
+Lean until armed: on the CPU the dense layers and dense groups carry no hook at all (a hook costs
+every call of its module, through torch's slow call path). A probed model's forward records that
+it started and its output; when a step turns out non-finite, its covered layers are put into the
+step's records in the order they complete in its forward (children before their parent, in
+registration order) and judged by their parameters, and, for a normalisation in eval mode, by its
+running statistics. The layers get their hooks (`_arm`) when that order cannot be relied on: a
+step whose loss came without a probed model's forward (the loop calls the layers itself), a
+float16 output (float16 layers overflow: their outputs are reduced), an accelerator or
+`backward_hooks`.
 """
 
 from __future__ import annotations
@@ -93,6 +103,7 @@ class _Block:
 
 class NonFiniteDetector(Detector):
     codes = ("LP103", "LP104", "LP105")
+    first_optimizer_steps = True  # `on_step` counts the GradScaler's skips of the first optimizer
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
@@ -146,7 +157,6 @@ class NonFiniteDetector(Detector):
         hooks = self._stack = probe.hooks
         roots = {id(m) for m in probe.models}
         grouped = self._find_groups(roots)
-        half = False
         for index, (_, module) in enumerate(probe.modules):
             root = id(module) in roots
             if not root and (index in grouped or layers.is_safe(module) or layers.is_pass_through(module)):
@@ -156,10 +166,11 @@ class NonFiniteDetector(Detector):
                 continue
             if layers.is_covered(module):
                 self._covered_alone.append(index)
-                half = half or any(p.dtype is torch.float16 for p in module.parameters(recurse=False))
                 continue
             hooks.enter_context(module.register_forward_hook(own(self._forward_hook(index, module, False, False))))
         self._order_covered(grouped)
+        half = any(p.dtype is torch.float16 for index in [*grouped, *self._covered_alone]
+                   for p in probe.modules[index][1].parameters(recurse=False))
         # Armed from the start: a gradient hook per layer output, values read after updates (an
         # accelerator: parameters are no longer those of the forward pass), float16 layers (which
         # overflow: their outputs are reduced).
@@ -339,16 +350,16 @@ class NonFiniteDetector(Detector):
                 if root:
                     if self._depth > 0:
                         self._depth -= 1
-                    if type(output) is torch.Tensor and grad_hook is None and output.is_floating_point():
+                    if type(output) is torch.Tensor and grad_hook is None and output.dtype is torch.float32:
                         # the usual probed model: one output, always reduced (nothing outside
                         # a probed model returns it, so it need not be remembered)
-                        if output.dtype not in _TRUSTED_DTYPES and not self._armed:
-                            self._arm_next = True  # float16 layers inside (autocast): check them one by one
-                        if self._repeat(output, _version(output), True) is None:
-                            self._record_forward(output, index, _OUTPUT)
+                        if self._last is _dead or self._repeat(output, _version(output), True) is None:
+                            self._fwd.append(finite_probe_value(output))
                         else:
                             self._fwd.append(self._fwd[-1])
-                            self._note(index, _OUTPUT)
+                        self._recs.append((index, _OUTPUT))
+                        if len(self._recs) >= _FOLD_AT:
+                            self._note_fold()
                         return
                 trusted = covered and self._depth > 0 and not (stats and layers.uses_running_stats(module))
                 if (trusted and grad_hook is None and type(output) is torch.Tensor
@@ -361,7 +372,7 @@ class NonFiniteDetector(Detector):
                 for t in float_tensors(output):
                     version = _version(t)
                     if root and t.dtype not in _TRUSTED_DTYPES and not self._armed:
-                        self._arm_next = True
+                        self._arm_next = True  # float16 layers inside (autocast): check them one by one
                     if trusted and t.dtype is not torch.float16:  # float16 overflows: reduce it
                         ran[index] = None
                         self._note(index, _COVERED)
@@ -402,9 +413,12 @@ class NonFiniteDetector(Detector):
     def _note(self, index: int, kind: int) -> None:
         self._recs.append((index, kind))
         if len(self._recs) >= _FOLD_AT:
-            block = self._fold(opt=None)
-            if block is not None:
-                self._blocks.append(block)
+            self._note_fold()
+
+    def _note_fold(self) -> None:
+        block = self._fold(opt=None)
+        if block is not None:
+            self._blocks.append(block)
 
     def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
