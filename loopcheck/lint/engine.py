@@ -394,14 +394,17 @@ def _analysed(path: str, enabled: Callable[[str], bool], project: Any) -> FileRe
                 analysed = _analyse(text, path, enabled, project, result.errors, read=read)
             if analysed is not None:
                 result.findings = analysed[0]
-    result.consulted = _others(read, path)
-    result.facts = _facts_of(read)
-    result.sources = list(read.sources)
+    _add_reads(result, read)
     return result
 
 
-def _facts_of(read: Any) -> list[tuple[str, str, Any, Any]]:
-    return [(*question, answer) for question, answer in read.facts.items()]
+def _add_reads(result: FileResult, read: Any) -> None:
+    """Add what a block read of the project (`Reads`) to what `result` depends on."""
+    result.consulted = list(dict.fromkeys([*(result.consulted or ()), *_others(read, result.path)]))
+    asked = {(k, p, a): v for k, p, a, v in result.facts or ()}
+    asked.update(read.facts)
+    result.facts = [(*question, answer) for question, answer in asked.items()]
+    result.sources = list(dict.fromkeys([*(result.sources or ()), *read.sources]))
 
 
 @contextmanager
@@ -702,10 +705,7 @@ def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:
                 return result  # the command works it out from the bytes it holds
             with _consulting(project) as read:  # what the fixed texts' checks read counts too
                 result.fixes_applied = fixes_applied(kinds, text, path, enabled)
-            result.consulted = list(dict.fromkeys([*(result.consulted or ()), *_others(read, path)]))
-            asked = {(k, p, a): v for k, p, a, v in [*(result.facts or ()), *_facts_of(read)]}
-            result.facts = [(*question, answer) for question, answer in asked.items()]
-            result.sources = list(dict.fromkeys([*(result.sources or ()), *read.sources]))
+            _add_reads(result, read)
     return result
 
 

@@ -17,11 +17,9 @@ Files that cannot be read or parsed are simply not followed.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import sys
-import tokenize
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
+from loopcheck.lint.source_text import SourceText
 from loopcheck.lint.summary import ModuleSummary, module_parts, summarize, summary_of
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
@@ -105,7 +104,8 @@ class Project:
         self._overlays: dict[str, tuple[int, str]] = {}  # open buffers: path -> (version, text)
         self._version = 0
         # a file's analysis, kept with what it read (`consulting`): (path, codes) -> (stamps of the
-        # files it read, its questions and answers, its findings and errors, where the answers came from)
+        # files it read, its questions and answers, its findings and errors, stamps of the files the
+        # answers came from)
         self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, tuple[list, list], dict]] = {}
         self._consulting: list[Reads] = []  # open analyses: what each has read
         self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
@@ -484,13 +484,14 @@ class Project:
         key = os.path.abspath(path)
         reads = reads or Reads()
         stamps = {p: self.stamp(Path(p)) for p in (key, *reads.files)}
-        self._findings[(key, codes)] = (stamps, dict(reads.facts), findings, dict(reads.sources))
+        sources = {p: self.stamp(Path(p)) for p in reads.sources}
+        self._findings[(key, codes)] = (stamps, dict(reads.facts), findings, sources)
 
     def findings_of(self, path: str, codes: tuple[str, ...]) -> tuple[list, list] | None:
         """The findings and errors kept for `path` with these codes enabled, while neither the
         file nor anything its analysis read has changed (an edited buffer included)."""
         found = self._findings.get((os.path.abspath(path), codes))
-        if found is None or not self.still(found[0], found[1]):
+        if found is None or not self.still(found[0], found[1], found[3]):
             return None
         if self._consulting:  # an analysis reusing this one read what it read
             self._notes(found[0])
@@ -498,10 +499,14 @@ class Project:
             self._consulting[-1].sources.update(found[3])
         return found[2]
 
-    def still(self, stamps: dict[str, Any], facts: dict[tuple[str, str, Any], Any]) -> bool:
-        """Whether files have these stamps and questions about them get these answers."""
-        return (all(self.stamp(Path(p)) == stamp for p, stamp in stamps.items())
-                and all(self.answer(*question) == answer for question, answer in facts.items()))
+    def still(self, stamps: dict[str, Any], facts: dict[tuple[str, str, Any], Any], sources: dict[str, Any]) -> bool:
+        """Whether files have these stamps and questions about them get these answers (asked
+        again only when a file they were answered from has changed)."""
+        if any(self.stamp(Path(p)) != stamp for p, stamp in stamps.items()):
+            return False
+        if all(self.stamp(Path(p)) == stamp for p, stamp in sources.items()):
+            return True
+        return all(self.answer(*question) == answer for question, answer in facts.items())
 
     # ---- questions an analysis asks about other files -------------------------------------------
 
@@ -586,15 +591,9 @@ class Project:
             return cached[1].source
         with self._unrecorded():
             try:
-                data = self.read(path)
-            except OSError:
+                return SourceText.decode(self.read(path)).text
+            except (OSError, ValueError):
                 return None
-        try:
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-            text = data.decode(encoding)
-        except (SyntaxError, UnicodeDecodeError, LookupError):
-            return None
-        return text[1:] if text.startswith("\ufeff") else text
 
     def reach_mentions(self, path: Path, words: tuple[str, ...]) -> bool:
         """Whether a module `path` reaches mentions one of `words` (lower case, any case in the

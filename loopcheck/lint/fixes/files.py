@@ -8,50 +8,12 @@ module stays latin-1. A fix whose result the file's encoding cannot hold is refu
 
 from __future__ import annotations
 
-import codecs
-import io
-import tokenize
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from loopcheck.findings import Finding
 from loopcheck.lint.output.report import fix_kind
-
-
-@dataclass(frozen=True)
-class SourceText:
-    """A file's text and how to turn it back into the same kind of bytes."""
-
-    text: str
-    encoding: str
-    bom: bool = False
-
-    @classmethod
-    def decode(cls, data: bytes) -> "SourceText":
-        """ValueError (with the reason) when the bytes are not text in their declared encoding."""
-        try:
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        except SyntaxError as exc:
-            raise ValueError(f"cannot decode: {getattr(exc, 'msg', exc)}") from None
-        bom = encoding == "utf-8-sig"
-        try:
-            text = data.decode(encoding)
-        except (UnicodeDecodeError, LookupError) as exc:
-            raise ValueError(f"cannot decode as {encoding}: {exc}") from None
-        if text.startswith("\ufeff"):
-            text, bom = text[1:], True
-        return cls(text, "utf-8" if encoding == "utf-8-sig" else encoding, bom)
-
-    def encode(self, text: str) -> bytes:
-        """The bytes of a new version of the text; ValueError when the encoding cannot hold it."""
-        try:
-            data = text.encode(self.encoding)
-        except UnicodeEncodeError as exc:
-            raise ValueError(
-                f"the fixed code has characters {self.encoding} cannot encode ({text[exc.start:exc.end]!r})"
-            ) from None
-        return (codecs.BOM_UTF8 + data) if self.bom else data
+from loopcheck.lint.source_text import SourceText  # noqa: F401  (re-exported: fixes decode and encode files)
 
 
 Applied = dict[str, list[tuple[str, int, int]]]  # fix kind -> (code, line, column) of each finding fixed
