@@ -220,6 +220,7 @@ class Probe:
                     self.param_names.setdefault(id(p), f"optimizer{i}.group{g}.param{j}")
             self.opt_params.append(params)
         self._all_positions = [list(range(len(params))) for params in self.opt_params]
+        self._small_positions = [[j for j, p in enumerate(params) if p.numel() < _SMALL] for params in self.opt_params]
         self.sched_index = {id(s): i for i, s in enumerate(self.schedulers)}
 
     def param_name(self, p: torch.Tensor) -> str:
@@ -403,7 +404,7 @@ class Probe:
         try:
             self._serial += 1
             self._take_losses(i)
-            norms = self.grad_norms(i) if self._norms_wanted else None
+            norms = self.grad_norms(i) if self._norms_wanted and self.watched(i) else None
             self.steps.append(StepRecord(self.step + 1, i, self.loss_read[i], norms))
             self._dispatch("on_step_pre", i, optimizer)
             self.readings.seal()
@@ -572,6 +573,18 @@ class Probe:
         return scale
 
     # Shared per-step statistics ---------------------------------------------------------
+    def watched(self, i: int) -> bool:
+        """Whether optimizer `i`'s coming step is one the sampled checks look at (`check_every`).
+
+        Exact gradient norms cost as much as reading every gradient once: on a model that is cheap
+        to run (a dense network on the CPU) that alone is a few percent of the step. The faults
+        those checks look for last for many steps (a missing reset, graphs kept alive, a norm
+        level), so one step in a few finds them; the first steps of each optimizer are all looked at.
+        """
+        applied = self._applied
+        n = (applied[i] if i < len(applied) else 0) + 1  # no optimizer known yet (discovery): its first step
+        return n <= _FIRST_WATCHED or n % self.config.check_every == 0
+
     def grad_norms(self, i: int) -> "StepNorms":
         """Per-parameter gradient norms of optimizer `i` at this step, on the device (no sync).
 
@@ -579,7 +592,7 @@ class Probe:
         detectors that need them; empty when no parameter has a gradient.
         """
         cached = self._norms.get(i)
-        if cached is not None and cached[0] == self._serial:
+        if cached is not None and cached[0] == self._serial and cached[1].exact:
             return cached[1]
         every = [p.grad for p in self.opt_params[i]]
         grads = [g for g in every if g is not None and not g.is_sparse]
@@ -588,7 +601,33 @@ class Probe:
         else:
             positions = [j for j, g in enumerate(every) if g is not None and not g.is_sparse]
         norms = fused_norms(grads) if grads else []
-        result = StepNorms(norms, positions, self.readings.add(norms))
+        result = StepNorms(norms, positions, self.readings.add(norms), True)
+        self._norms[i] = (self._serial, result)
+        return result
+
+    def grad_checks(self, i: int) -> "StepNorms":
+        """Values of optimizer `i`'s gradients at this step that are NaN/Inf when a gradient is.
+
+        On a watched step the norms of all of them. On the others the norms of the small ones only
+        (biases, normalisation weights: well under a percent of the values): a NaN/Inf flowing
+        backward through a layer reaches the gradient of its bias, or of a normalisation below it,
+        so the small gradients see it at this step for the cost of a call; one confined to a large
+        weight's gradient shows at the next watched step, or in the next step's forward pass.
+        """
+        if self.watched(i):
+            return self.grad_norms(i)
+        cached = self._norms.get(i)
+        if cached is not None and cached[0] == self._serial:
+            return cached[1]
+        params = self.opt_params[i]
+        positions, grads = [], []
+        for j in self._small_positions[i]:
+            g = params[j].grad
+            if g is not None and not g.is_sparse:
+                positions.append(j)
+                grads.append(g)
+        values = fused_norms(grads) if grads else []
+        result = StepNorms(values, positions, self.readings.add(values), False)
         self._norms[i] = (self._serial, result)
         return result
 
@@ -762,21 +801,27 @@ def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
     return __getstate__
 
 
+_FIRST_WATCHED = 8  # the steps of each optimizer that `Probe.watched` always includes
+_SMALL = 4096  # values of a parameter whose gradient `Probe.grad_checks` reads at every step
+
+
 class StepRecord(NamedTuple):
     """One optimizer step since the last sample (see `Probe.steps`)."""
 
     step: int  # the step number findings give (steps of the first optimizer, this one included)
     opt: int  # the optimizer's index
     loss: slice | None  # where the step's loss sits in `Probe.readings`
-    norms: "StepNorms | None"  # its gradient norms (when a detector wants them)
+    norms: "StepNorms | None"  # its gradient norms (on watched steps, when a detector wants them)
 
 
 class StepNorms(NamedTuple):
-    """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`)."""
+    """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`), or values
+    only as finite as the gradients (`Probe.grad_checks`)."""
 
-    values: list[torch.Tensor]  # float32 0-d tensors on the device
+    values: list[torch.Tensor]  # 0-d tensors on the device
     positions: list[int]  # the positions in `opt_params[i]` they cover
     read: slice  # where they sit in `Probe.readings`
+    exact: bool  # norms (float32), not only finiteness checks
 
 
 def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:

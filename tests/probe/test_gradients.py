@@ -10,21 +10,37 @@ import loopcheck
 from .conftest import Net, codes
 
 
-def test_loss_times_1e4_on_one_step_is_a_loss_and_gradient_spike(net, batches):
+def _one_huge_loss(batches, at, **options):
+    torch.manual_seed(0)
+    net = Net()
     opt = torch.optim.SGD(net.parameters(), lr=0.02, momentum=0.9)
-    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
-        for step, (x, y) in enumerate(batches.epoch(80)):
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False, **options) as probe:
+        for step, (x, y) in enumerate(batches.epoch(140)):
             opt.zero_grad()
             loss = F.cross_entropy(net(x), y)
-            if step == 60:
+            if step == at:
                 loss = loss * 1e4
             loss.backward()
             opt.step()
+    return probe
+
+
+def test_loss_times_1e4_on_a_watched_step_is_a_loss_and_gradient_spike(batches):
+    # step 112: gradient norms are measured every 4th step, and judged after 30 measurements
+    probe = _one_huge_loss(batches, at=111)
     assert codes(probe) == {"LP101", "LP501"}
     spike = {f.code: f for f in probe.findings}
-    assert spike["LP501"].step == spike["LP101"].step == 61
+    assert spike["LP501"].step == spike["LP101"].step == 112
     assert spike["LP101"].count >= 1  # the steps right after a huge update may spike as well: counted, not repeated
-    assert "head" in spike["LP101"].message  # the largest layer norms are named
+    assert "body.0 " in spike["LP101"].message  # the largest layer norms are named
+
+
+def test_a_gradient_spike_between_watched_steps_shows_in_the_loss_or_with_check_every_1(batches):
+    # Step 114 is not a watched step: its gradient norms are not measured, its loss is.
+    spike = {f.code: f for f in _one_huge_loss(batches, at=113).findings}
+    assert spike["LP501"].step == 114 and ("LP101" not in spike or spike["LP101"].step > 114)
+    spike = {f.code: f for f in _one_huge_loss(batches, at=113, check_every=1).findings}
+    assert spike["LP501"].step == spike["LP101"].step == 114
 
 
 def test_saturated_layers_are_reported_as_vanishing(net, batches):
@@ -50,7 +66,8 @@ def test_missing_zero_grad_is_lp403(net, batches):
             opt.step()
     assert "LP403" in codes(probe)
     f = next(f for f in probe.findings if f.code == "LP403")
-    assert f.step == 1 and f.count == 9  # reported once, counted at every later step
+    # reported once, counted at every later watched step (steps 2 to 8, each of the first steps)
+    assert f.step == 1 and f.count == 7
 
 
 def test_gradient_accumulation_and_other_reset_styles_stay_clean(batches):

@@ -159,3 +159,54 @@ def test_raise_stops_before_the_poisoned_step_is_applied(net, batches, where):
     assert probe.step == 30 and raised.value.finding.step == 31
     assert raised.value.finding.code == {"batch": "LP103", "loss": "LP105", "gradient": "LP104"}[where]
     assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
+
+
+class _Wide(nn.Module):
+    """A classifier whose first layer's weight is large (8192 values) and has no bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(16, 512, bias=False)
+        self.norm = nn.LayerNorm(512)
+        self.head = nn.Linear(512, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.norm(self.embed(x))))
+
+
+@pytest.mark.parametrize("check_every", [4, 1])
+def test_a_nan_confined_to_a_large_gradient_between_watched_steps_is_found_at_the_next_step(batches, check_every):
+    # Only the large weight's gradient is poisoned (at step 14, not a watched step): the small
+    # gradients checked at every step stay finite, so the step applies it and the next forward
+    # pass finds the weight; measuring every gradient at every step finds it before it is applied.
+    torch.manual_seed(0)
+    net = _Wide()
+    poison = [False]
+    net.embed.weight.register_hook(lambda g: g * float("nan") if poison[0] else g)
+
+    def arm(step):
+        poison[0] = step == 13
+
+    probe = train(net, batches, 20, before_step=arm, check_every=check_every)
+    f = probe.findings[0]
+    assert f.where == "embed"
+    if check_every == 1:
+        assert (f.code, f.step) == ("LP104", 14) and "embed.weight" in f.message
+    else:
+        assert (f.code, f.step) == ("LP103", 15) and "embed.weight" in f.message
+
+
+def test_a_nan_reaching_a_small_gradient_between_watched_steps_names_every_parameter(batches):
+    # Step 14 is not a watched step: the small gradients trip, and the step's gradients are all read then.
+    torch.manual_seed(0)
+    net = _Wide()
+    poison = [False]
+    # the gradient leaving the head is poisoned: the normalisation's small gradients see it
+    net.head.register_full_backward_hook(lambda m, gi, go: (gi[0] * float("nan"),) if poison[0] else None)
+
+    def arm(step):
+        poison[0] = step == 13
+
+    probe = train(net, batches, 20, before_step=arm)
+    f = probe.findings[0]
+    assert (f.code, f.step) == ("LP104", 14) and "embed.weight" in f.message and "norm.weight" in f.message

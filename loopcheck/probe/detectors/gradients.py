@@ -44,9 +44,12 @@ class GradNormDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         c = self.config
+        # norms are measured on watched steps: the window and the warm-up count measurements (fewer
+        # would judge a heavy-tailed series, such as policy-gradient norms, on too small a sample)
         self._levels: dict[int, RobustLevel] = defaultdict(lambda: RobustLevel(c.window, c.warmup, c.spike_z, c.spike_ratio))
-        self._low_total: dict[int, int] = defaultdict(int)
-        self._low_module: dict[tuple[int, str], int] = defaultdict(int)
+        # the first step of each low-norm streak (-1 once reported), by optimizer and by module
+        self._low_total: dict[int, int] = {}
+        self._low_module: dict[tuple[int, str], int] = {}
         self._totals: list[float] = []
         self._owners: dict[tuple[int, tuple[int, ...]], list[str]] = {}
 
@@ -73,7 +76,7 @@ class GradNormDetector(Detector):
                     self._spike(at, index, total, level, modules)
                 self._vanishing(at, index, total, modules)
             else:  # every parameter, so every module, is far from zero: the counters restart
-                self._low_total[index] = 0
+                self._low_total.pop(index, None)
                 if self._low_module:
                     for key in [key for key in self._low_module if key[0] == index]:
                         del self._low_module[key]
@@ -105,8 +108,7 @@ class GradNormDetector(Detector):
     def _vanishing(self, at: int, index: int, total: float, modules: dict[str, float]) -> None:
         c = self.config
         if total < c.vanish_norm:
-            self._low_total[index] += 1
-            if self._low_total[index] == c.vanish_steps:
+            if self._lasted(self._low_total, index, at):
                 self.report(
                     "LP102",
                     f"total gradient norm has stayed below {c.vanish_norm:g} for {c.vanish_steps} steps "
@@ -114,16 +116,15 @@ class GradNormDetector(Detector):
                     where=self._optimizer_name(index), step=at,
                 )
             return
-        self._low_total[index] = 0
+        self._low_total.pop(index, None)
         vanished = []
         for name, norm in modules.items():
             key = (index, name)
             if norm < c.vanish_ratio * total:
-                self._low_module[key] += 1
-                if self._low_module[key] == c.vanish_steps:
+                if self._lasted(self._low_module, key, at):
                     vanished.append(name)
             else:
-                self._low_module[key] = 0
+                self._low_module.pop(key, None)
         if vanished:
             smallest = sorted(modules.items(), key=lambda kv: kv[1])[:_TOP]
             self.report(
@@ -134,6 +135,15 @@ class GradNormDetector(Detector):
                 + ", ".join(f"{n} {v:.3g}" for n, v in smallest),
                 where=vanished[0], step=at, layers=vanished,
             )
+
+    def _lasted(self, since: dict[Any, int], key: Any, at: int) -> bool:
+        """Whether a low norm measured at step `at` makes `vanish_steps` steps in a row, counted from the
+        first step of the streak (norms are measured on watched steps only); true once per streak."""
+        start = since.setdefault(key, at)
+        if start < 0 or at - start + 1 < self.config.vanish_steps:
+            return False
+        since[key] = -1
+        return True
 
     def _optimizer_name(self, index: int) -> str | None:
         return None if len(self.probe.optimizers) == 1 else f"optimizer{index}"
@@ -152,7 +162,8 @@ class GradResetDetector(Detector):
     or a bumped version between backward passes (`zero_grad(set_to_none=False)`, `p.grad.zero_()`):
     zero_grad() itself is not watched. A backward that starts while a gradient is untouched
     since the last step accumulates into it; if no reset comes before the optimizer steps again,
-    that step used stale gradients.
+    that step used stale gradients. Only the steps `Probe.watched` names are followed: a missing
+    reset misses every step.
     """
 
     codes = ("LP403",)
@@ -161,16 +172,25 @@ class GradResetDetector(Detector):
         super().__init__(probe)
         self._tracked: dict[int, tuple[torch.Tensor, weakref.ref, int]] = {}
         self._at_risk: dict[int, int] = {}  # id(param) -> optimizer index
+        self._following: dict[int, list[int]] = {}  # optimizer index -> the ids in `_tracked` it set
 
     def on_step(self, index: int, optimizer: Any) -> None:
-        """Follow the first `_TRACKED` dense gradients of this optimizer from now on."""
+        """Follow the first `_TRACKED` dense gradients of this optimizer up to its next step, when that
+        step is a watched one (a missing reset repeats at every step); else stop following them."""
         tracked, at_risk = self._tracked, self._at_risk
+        if not self.probe.watched(index):
+            for key in self._following.pop(index, ()):
+                tracked.pop(key, None)
+                at_risk.pop(key, None)
+            return
+        following = self._following[index] = []
         chosen = 0
         for p in self.probe.opt_params[index]:
             g = p.grad
             if g is None or g.is_sparse:
                 continue
             tracked[id(p)] = (p, weakref.ref(g), g._version)
+            following.append(id(p))
             if at_risk:
                 at_risk.pop(id(p), None)
             chosen += 1

@@ -5,7 +5,8 @@ autograd node and of the nodes just below it, and at the first forward pass of e
 in a step in the node of its output; the node owns that dict, so a weak reference to the marker
 lives exactly as long as the graph node does. A loss appended to a list, or summed into a running
 total without `.item()` / `.detach()`, keeps its node alive, and model outputs kept in a list
-(`preds.append(logits)`) keep theirs, however deep below the loss they sit; in a correct loop
+(`preds.append(logits)`) keep theirs, however deep below the loss they sit (the graphs of the steps
+`Probe.watched` names are marked: a kept graph is kept at every step); in a correct loop
 they die within a step or two. What is reported is growth: `_MIN_RETAINED` graphs from different steps
 alive at once, `retain_steps` after their backward. One graph kept a while (the last loss of an
 epoch held by a variable until the next epoch) is bounded and not a finding.
@@ -51,7 +52,7 @@ class RetainedGraphDetector(Detector):
 
     def on_forward(self, root: int, module: Any, output: Any) -> None:
         step = self.probe.step
-        if self._output_step.get(root) == step:
+        if self._output_step.get(root) == step or not self.probe.watched(0):
             return
         for t in float_tensors(output):
             node = t.grad_fn
@@ -64,6 +65,8 @@ class RetainedGraphDetector(Detector):
                 return
 
     def on_backward(self, tensor: torch.Tensor) -> None:
+        if not self.probe.watched(0):
+            return
         node = tensor.grad_fn
         if node is None:
             return

@@ -90,6 +90,7 @@ class _Block:
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
     held: list[tuple[Any, int]] = field(default_factory=list)  # (weak reference, version) of each held input
     lean: bool = False  # recorded without the covered layers' hooks: `_expand` puts them in
+    every_gradient: bool = True  # `norms` cover every gradient, not only the small ones (`Probe.grad_checks`)
 
     # Split only when localising: a step keeps its records as they came.
     @property
@@ -451,15 +452,18 @@ class NonFiniteDetector(Detector):
         if rest:
             reads.append(readings.add(rest))
         positions: list[int] = []
+        every_gradient = True
         if opt is not None:
-            norms = probe.grad_norms(opt)
+            norms = probe.grad_checks(opt)
+            every_gradient = norms.exact
             if norms.values:
                 reads.append(norms.read)
                 positions = norms.positions
         block = None
         if reads:
             block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._recs,
-                           loss is not None, self._bwd_idx, ran, state, positions, self._held, not self._armed)
+                           loss is not None, self._bwd_idx, ran, state, positions, self._held, not self._armed,
+                           every_gradient)
         if not self._armed and opt is not None:
             # A step with a loss but no probed model's forward: the loop calls the models' layers
             # itself (`model.head(x)`), where only their own hooks see them.
@@ -599,6 +603,12 @@ class NonFiniteDetector(Detector):
             checked = self._parameters_of(block.ran)
             state = _flags_now(checked)
         bwd, norms = rest[:nb], rest[nb + ns:]
+        if not block.every_gradient and block.opt is not None and block.step == self.probe.step + 1:
+            # the small gradients of the step being checked tripped: all of its gradients are still there
+            params = self.probe.opt_params[block.opt]
+            block.norms = [j for j, p in enumerate(params) if p.grad is not None and not p.grad.is_sparse]
+            norms = _flags_now([(j, params[j].grad) for j in block.norms])
+            block.every_gradient = True
         bad_state: dict[int, list[str]] = {}
         for (index, p), ok in zip(checked, state):
             if not ok:
