@@ -210,3 +210,26 @@ def test_a_nan_reaching_a_small_gradient_between_watched_steps_names_every_param
     probe = train(net, batches, 20, before_step=arm)
     f = probe.findings[0]
     assert (f.code, f.step) == ("LP104", 14) and "embed.weight" in f.message and "norm.weight" in f.message
+
+
+def test_an_output_masked_in_place_before_the_loss_is_clean(net, batches):
+    # Logits of a class the batch must not predict are set to -inf in place after the forward pass
+    # (the loss ignores them): the model's own output was finite, and the run is clean.
+    def loss_fn(out, y, step):
+        out[:, 3] = float("-inf")
+        return F.cross_entropy(out, y.clamp(max=2))
+
+    probe = train(net, batches, 30, loss_fn=loss_fn)
+    assert codes(probe) == set()
+
+
+def test_a_nan_output_of_a_probed_model_is_found_at_its_step(net, batches):
+    def loss_fn(out, y, step):
+        return F.cross_entropy(out, y)
+
+    def corrupt(step):
+        net.head.bias.data[0] = float("nan") if step == 21 else net.head.bias.data[0]
+
+    probe = train(net, batches, 30, before_step=corrupt, loss_fn=loss_fn)
+    f = only(probe, "LP103")
+    assert f.step == 22 and f.where == "head"

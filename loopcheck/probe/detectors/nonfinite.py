@@ -44,6 +44,7 @@ from loopcheck.probe.patching import own
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.stats import finite_probe_value, float_tensors, host_read, max_abs, stack_scalars
 
+_UNJUDGED = torch.zeros(())  # the value of an output that changed before it was reduced: finite
 _FOLD_AT = 4096  # forward records kept before they are folded into a block (long eval loops)
 
 # Kinds of forward records. OUTPUT and INPUT carry a reduced value; COVERED records that a dense
@@ -109,6 +110,8 @@ class NonFiniteDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         self._fwd: list[torch.Tensor] = []
+        # (position in `_fwd`, output, its version) of the training outputs reduced at the backward
+        self._deferred: list[tuple[int, torch.Tensor, int]] = []
         self._recs: list[tuple[int, int]] = []  # (module index, kind) of each forward record
         self._held: list[tuple[Any, int]] = []
         self._ran: dict[int, None] = {}  # covered modules that ran since the last block, in order
@@ -146,7 +149,7 @@ class NonFiniteDetector(Detector):
         self._rank: dict[int, int] = {}  # module index -> its place in that order
         self._covered_alone: list[int] = []  # covered layers outside dense groups (hooked when armed)
         self._stack: Any = None
-        idle = set() if self.config.localize else {"on_forward_pre", "on_forward"}
+        idle = set() if self.config.localize else {"on_forward_pre", "on_forward", "on_backward"}
         if probe.scaler is None:
             idle.add("on_step")  # it counts the GradScaler's skips (a scaler found later makes a new detector)
         self.idle = frozenset(idle)
@@ -354,10 +357,18 @@ class NonFiniteDetector(Detector):
                     if type(output) is torch.Tensor and grad_hook is None and output.dtype is torch.float32:
                         # the usual probed model: one output, always reduced (nothing outside
                         # a probed model returns it, so it need not be remembered)
-                        if self._last is _dead or self._repeat(output, _version(output), True) is None:
-                            self._fwd.append(finite_probe_value(output))
-                        else:
+                        deferred = self._deferred
+                        if self._last is not _dead and self._repeat(output, _version(output), True) is not None:
+                            if deferred and deferred[-1][0] == len(self._fwd) - 1:
+                                deferred.append((len(self._fwd), output, output._version))
                             self._fwd.append(self._fwd[-1])
+                        elif not self._eager_state and torch.is_grad_enabled():
+                            # a training forward on the CPU: reduced at its backward, with the
+                            # probe's other work there, rather than as the first op after the model's
+                            deferred.append((len(self._fwd), output, output._version))
+                            self._fwd.append(output)
+                        else:
+                            self._fwd.append(finite_probe_value(output))
                         self._recs.append((index, _OUTPUT))
                         if len(self._recs) >= _FOLD_AT:
                             self._note_fold()
@@ -390,6 +401,21 @@ class NonFiniteDetector(Detector):
             except Exception as err:
                 self.probe._fail(self, err)
         return hook
+
+    def on_backward(self, tensor: torch.Tensor) -> None:
+        if self._deferred:
+            self._reduce_deferred()
+
+    def _reduce_deferred(self) -> None:
+        """Reduce the probed models' outputs kept since their training forward (see the root hook);
+        one written in place since is no longer the model's output and is not judged."""
+        fwd, done = self._fwd, {}
+        for k, t, version in self._deferred:
+            value = done.get(id(t))
+            if value is None:
+                value = done[id(t)] = finite_probe_value(t) if t._version == version else _UNJUDGED
+            fwd[k] = value
+        self._deferred = []
 
     def _remember(self, t: torch.Tensor, version: int, *, reduced: bool) -> None:
         """`t` is the output recorded last (see `_repeat`), with its version and whether it was reduced."""
@@ -438,6 +464,8 @@ class NonFiniteDetector(Detector):
         probe = self.probe
         readings = probe.readings
         reads = []
+        if self._deferred:
+            self._reduce_deferred()
         if self._fwd:
             reads.append(readings.add(self._fwd))
         loss = probe.loss_read.get(opt) if opt is not None else None
@@ -520,7 +548,7 @@ class NonFiniteDetector(Detector):
     def _clear(self) -> None:
         self._last = _dead
         self._entered = False
-        self._fwd, self._recs, self._held = [], [], []
+        self._fwd, self._recs, self._held, self._deferred = [], [], [], []
         self._ran.clear()
         self._bwd, self._bwd_idx = [], []
 
