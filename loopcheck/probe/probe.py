@@ -1,8 +1,8 @@
 """The Probe context manager: hooks in on enter, a step clock, detector dispatch, hooks out on exit.
 
 The Probe owns everything shared by the detectors (module and parameter names, the step clock,
-the per-step loss and gradient norms, kept on the device, and the queue of device values read
-at the next sample in one go) and nothing else; each check lives in a detector
+the per-step loss and gradient values, kept on the device, which steps the sampled checks look
+at (`watched`), and the queue of device values read at the next sample in one go) and nothing else; each check lives in a detector
 (`loopcheck.probe.detectors`). Every hook and wrapper is registered on one ExitStack,
 so leaving the context, by an exception or KeyboardInterrupt too, removes all of them.
 """
@@ -588,8 +588,8 @@ class Probe:
     def grad_norms(self, i: int) -> "StepNorms":
         """Per-parameter gradient norms of optimizer `i` at this step, on the device (no sync).
 
-        Computed once per step with one fused call, queued once in `readings` and shared by the
-        detectors that need them; empty when no parameter has a gradient.
+        Computed once per step with one fused call (on the watched steps: see `watched`), queued once
+        in `readings` and shared by the detectors that need them; empty when no parameter has a gradient.
         """
         cached = self._norms.get(i)
         if cached is not None and cached[0] == self._serial and cached[1].exact:

@@ -1,8 +1,9 @@
 """LP101 / LP102 gradient norm spikes and vanishing; LP106 updates far larger than the weights;
 LP403 gradients not reset; LP404 unused parameters.
 
-Gradient norms come from `Probe.grad_norms` (fused per-parameter norms, kept on the device) and
-are read with the probe's other queued values every `every` steps. Gradient resets are tracked by
+Gradient norms come from `Probe.grad_norms` (fused per-parameter norms, kept on the device, on
+the steps `Probe.watched` names) and are read with the probe's other queued values every `every`
+steps. Gradient resets are tracked by
 identity and version counter of the `.grad` tensors (weak references, no reads of their values).
 """
 
@@ -54,8 +55,8 @@ class GradNormDetector(Detector):
         self._owners: dict[tuple[int, tuple[int, ...]], list[str]] = {}
 
     def on_sample(self, step: int, final: bool) -> None:
-        """Judge the steps since the last sample; per step the total norm (one C call) feeds the
-        spike test, and the norms by module are only added up when something is near zero."""
+        """Judge the watched steps since the last sample; per step the total norm (one C call) feeds
+        the spike test, and the norms by module are only added up when something is near zero."""
         self._totals = []
         records = [r for r in self.probe.steps if r.norms is not None and r.norms.values]
         if not records:

@@ -3,12 +3,13 @@
 The cheap path, every step and without a host sync: the output of each module that needs it is
 reduced to one number whose finiteness is that of the whole tensor, and so is the input batch on
 an accelerator (on the CPU, where the verdict comes at the same step's optimizer step, a training
-batch is only held weakly and checked when localising);
+batch is only held weakly and checked when localising, and a probed model's training output is
+reduced at its backward, with the probe's other work there);
 torch's dense layers and normalisations are not reduced but judged by their parameters (see
 `loopcheck.probe.layers`); with `backward_hooks`, a tensor hook on each output does the same for
 its gradient. At the optimizer step these numbers join the probe's queue of device values
-(`Probe.readings`), next to the loss and the per-parameter gradient norms the probe queued
-already, and the probe's sentinel looks at the step's values at once on the CPU (two steps later
+(`Probe.readings`), next to the loss and the gradients' values (`Probe.grad_checks`: every
+gradient's norm on a watched step, the small gradients' on the others), and the probe's sentinel looks at the step's values at once on the CPU (two steps later
 on CUDA). Only when something is non-finite does the detector walk them, in execution order, to
 name the module (forward), the module whose gradient became non-finite (backward) or the loss.
 The dense layers' parameters are checked then, on the CPU before the step's update, so they still
