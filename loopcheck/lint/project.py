@@ -98,6 +98,7 @@ class Project:
         # what other modules derive from the whole project (what it saves), each kept with the
         # stamps of the files it was derived from, which its user compares
         self.derived: dict[str, Any] = {}
+        self._derived_parts: dict[str, Any] = {}  # key -> one file's part of a derived fact (`derived_part`)
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
         self._words: dict[str, list[str]] | None = None  # word -> project files holding it
@@ -542,6 +543,31 @@ class Project:
             self._consulting[-1].sources.update(dict.fromkeys(os.path.abspath(p) for p in inputs))
         return value
 
+    def derived_part(self, key: str, make: Callable[[], dict[str, Any]], read: Callable[[dict[str, Any]], Any]) -> Any:
+        """One file's part of a fact derived from many (`DERIVED`): `make` works it out as plain
+        JSON data that depends on nothing but what `key` names (the file's content digest, and
+        whatever else went into it), `read` turns that into the value given back. Made once per
+        process, and once per key while a store keeps the parts across runs (the lint cache,
+        `parts_kept_in`): a new process after an edit makes only the edited file's part again.
+        A kept part `read` cannot take is made again."""
+        if key in self._derived_parts:
+            return self._derived_parts[key]
+        store = _PARTS[0] if _PARTS else None
+        kept = store.get(key) if store is not None else None
+        try:
+            value = read(kept) if kept is not None else _MISSING
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            value = _MISSING
+        if value is _MISSING:
+            part = make()
+            value = read(part)
+            if store is not None:
+                store.put(key, part)
+        if len(self._derived_parts) > _MAX_FILES:
+            self._derived_parts.clear()
+        self._derived_parts[key] = value
+        return value
+
     def _ask(self, kind: str, path: str, arg: Any) -> Any:
         """Answer, and record the question for the analysis asking."""
         found = self.answer(kind, path, arg)
@@ -676,6 +702,23 @@ class Project:
 # the files it was derived from).
 # Named by string: the deriving modules build on this one.
 DERIVED = {"saved_files": "loopcheck.lint.saved_files:project_saves"}
+
+
+_MISSING = object()
+_PARTS: list[Any] = []  # where the parts of derived facts outlive a process (`parts_kept_in`), if anywhere
+
+
+@contextmanager
+def parts_kept_in(store: Any) -> Iterator[None]:
+    """Keep the parts of derived facts (`Project.derived_part`) in `store` meanwhile (`get(key)`:
+    the part kept, or None; `put(key, part)`), in this process and in the worker processes it
+    forks; None: in memory only."""
+    old = list(_PARTS)
+    _PARTS[:] = [store] if store is not None else []
+    try:
+        yield
+    finally:
+        _PARTS[:] = old
 
 
 def _derive(name: str, project: "Project") -> tuple[Any, str, list[str]]:
