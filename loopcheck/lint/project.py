@@ -85,7 +85,8 @@ class Project:
         self.roots = [r.resolve() for r in roots or []]
         self.budget = budget
         self.parses: Counter[str] = Counter()  # resolved path -> libcst parses this run
-        self._resolved: dict[tuple[str, str, int], Path | None] = {}  # (folder, module, level) -> file
+        # (folder, module, level) -> (its file, the paths tried before it, absent)
+        self._resolved: dict[tuple[str, str, int], tuple[Path | None, tuple[str, ...]]] = {}
         self._real: dict[str, str] = {}  # folder -> its real path
         self._dirs: dict[str, list[Path]] = {}  # real folder -> where its absolute imports are searched
         self._parsed: "OrderedDict[str, tuple[tuple[int, int], ParsedModule | None]]" = OrderedDict()
@@ -149,30 +150,36 @@ class Project:
 
     def _resolve(self, from_path: str, module: str, level: int) -> Path | None:
         """The absolute, symlink-free path (found once per folder, module and level)."""
+        return self._resolution(from_path, module, level)[0]
+
+    def _resolution(self, from_path: str, module: str, level: int) -> tuple[Path | None, tuple[str, ...]]:
+        """`_resolve`'s file, and the paths tried before it, where no file was: a module created
+        at one of them is what the import resolves to from then on."""
         key = (os.path.dirname(os.path.abspath(from_path)), module, level)
         if key not in self._resolved:
             folder = self._real.get(key[0])
             if folder is None:
                 folder = self._real[key[0]] = os.path.realpath(key[0])
-            found = self._find(folder, module, level)
+            tried: list[Path] = []
+            found = self._find(folder, module, level, tried)
             # never into an environment or installed packages: a file named inside one is
             # checked alone, instead of walking the whole installed package
             if found is not None and (in_environment(Path(folder)) or in_environment(found)):
                 found = None
-            self._resolved[key] = found
+            self._resolved[key] = (found, tuple(str(t) for t in tried))
         return self._resolved[key]
 
-    def _find(self, folder: str, module: str, level: int) -> Path | None:
+    def _find(self, folder: str, module: str, level: int, tried: list[Path]) -> Path | None:
         parts = [p for p in module.split(".") if p] if module else []
         if level:
             base = Path(folder)
             for _ in range(level - 1):
                 base = base.parent
-            return _module_file(base, parts)
+            return _module_file(base, parts, tried)
         if not parts or parts[0] in sys.builtin_module_names or parts[0] in _NOT_LOCAL:
             return None
         for directory in self._search_dirs(folder):
-            found = _module_file(directory, parts)
+            found = _module_file(directory, parts, tried)
             if found is not None:
                 return found
         return None
@@ -251,6 +258,8 @@ class Project:
         """The parsed module `module` imported from `from_path`. `whole`: the analysis asking
         depends on all of it; else the caller notes the parts it reads (`part_reader`)."""
         target = self.resolve(from_path, module, level)
+        if self._consulting and from_path and not from_path.startswith("<"):
+            self._notes(self._resolution(from_path, module, level)[1])  # a module created there is followed instead
         if target is None or os.path.realpath(target) == os.path.realpath(from_path):
             return None
         return self.parse(target, whole=whole)
@@ -793,17 +802,16 @@ def _cwd() -> Path:
     return _CWD[0][1]
 
 
-def _module_file(base: Path, parts: list[str]) -> Path | None:
-    if not parts:
-        init = base / "__init__.py"
-        return init if init.is_file() else None
-    target = base.joinpath(*parts)
-    candidate = target.with_name(target.name + ".py")
-    if candidate.is_file():
-        return candidate
-    init = target / "__init__.py"
-    if init.is_file():
-        return init
+def _module_file(base: Path, parts: list[str], tried: list[Path]) -> Path | None:
+    """The file of module `parts` under `base`; the candidates found absent go to `tried`."""
+    candidates = [base / "__init__.py"]
+    if parts:
+        target = base.joinpath(*parts)
+        candidates = [target.with_name(target.name + ".py"), target / "__init__.py"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+        tried.append(candidate)
     return None
 
 

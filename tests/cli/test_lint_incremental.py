@@ -60,3 +60,51 @@ def test_warm_runs_after_edits_match_cold_runs(lint, project, fixture):
             assert warm == _findings(lint, "--no-cache"), f"{path.name}: {what}"
         path.write_text(original, encoding="utf-8")
         assert _findings(lint) == _findings(lint, "--no-cache"), f"{path.name}: restored"
+
+
+_STEP = """\
+def train_step(model, batch, optimizer, criterion):
+    optimizer.zero_grad()
+    loss = criterion(model(batch[0]), batch[1])
+    optimizer.step()
+    loss.backward()
+    return loss
+"""
+
+_DRIVER = """\
+import torch
+from torch import nn
+
+from pkg.helpers import train_step
+
+
+def main(loader):
+    model = nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CrossEntropyLoss()
+    for epoch in range(3):
+        for batch in loader:
+            train_step(model, batch, optimizer, criterion)
+"""
+
+# (what, files before, the file created): `from pkg.helpers import ...` resolves to the new file
+# (`pkg/helpers.py` is found before a package `pkg/helpers/`)
+_NEW_MODULES = [
+    ("resolved to nothing before", {"pkg/__init__.py": ""}, "pkg/helpers.py"),
+    ("resolved to a package before", {"pkg/__init__.py": "", "pkg/helpers/__init__.py": "def train_step(*args):\n    pass\n"},
+     "pkg/helpers.py"),
+    ("resolved to nothing before, a package now", {"pkg/__init__.py": ""}, "pkg/helpers/__init__.py"),
+]
+
+
+@pytest.mark.parametrize("what,before,created", _NEW_MODULES, ids=[c[0] for c in _NEW_MODULES])
+def test_a_new_module_an_import_now_resolves_to_is_followed(lint, project, what, before, created):
+    for name, text in {"driver.py": _DRIVER, **before}.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text, encoding="utf-8")
+    assert _findings(lint) == _findings(lint, "--no-cache")
+    (project / created).parent.mkdir(parents=True, exist_ok=True)
+    (project / created).write_text(_STEP, encoding="utf-8")
+    cold = _findings(lint, "--no-cache")
+    assert any(f["code"] == "LC102" for f in cold)  # the step driver.py's model follows into it
+    assert _findings(lint) == cold, what
