@@ -831,11 +831,12 @@ def _direct_part(project: Any, name: str) -> tuple[list[SavedFile], list[_Helper
 def _calls_part(project: Any, name: str, helpers: dict[str, list[_Helper]]) -> list[SavedFile]:
     """The saves a file makes through the project's save helpers (`_helper_calls`): kept by its
     digest, its path (a call in the helper's own file is told apart) and the helpers its text
-    names (a helper it never names cannot change them)."""
+    names (one it never names cannot change them)."""
     content = _content(project, name)
     if content is None:
         return []
-    named = {h: found for h, found in helpers.items() if _names(content.data, h)}
+    # a call of a helper spells its name (a name found inside a longer word is only looked for)
+    named = {h: found for h, found in helpers.items() if h.encode() in content.data}
     if not named:
         return []
     kinds = sorted((h, sorted((_row(x.saved), x.method, repr(x.obj)) for x in found)) for h, found in named.items())
@@ -846,12 +847,6 @@ def _calls_part(project: Any, name: str, helpers: dict[str, list[_Helper]]) -> l
         return {"saves": [_save_doc(s) for s in _helper_calls(module, name, named)] if module is not None else []}
 
     return project.derived_part(key, make, lambda part: [_save_of(d, name) for d in part["saves"]])
-
-
-def _names(data: bytes, word: str) -> bool:
-    """Whether a text has `word` as a whole word (as a call of it must)."""
-    found = word.encode()
-    return found in data and re.search(rb"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(found), data) is not None
 
 
 def _save_doc(saved: SavedFile) -> list[Any]:
