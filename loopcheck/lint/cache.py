@@ -145,6 +145,8 @@ class Cache:
         if real not in self._hashes:
             try:
                 self._hashes[real] = digest(real.read_bytes())
+            except IsADirectoryError:
+                self._hashes[real] = "folder"  # a folder that was missing where an import looked (`Project._witness`)
             except OSError:
                 self._hashes[real] = None
         self._given[str(path)] = self._hashes[real]

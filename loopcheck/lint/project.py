@@ -88,12 +88,14 @@ class Project:
         # (folder, module, level) -> (its file, the paths tried before it, absent)
         self._resolved: dict[tuple[str, str, int], tuple[Path | None, tuple[str, ...]]] = {}
         self._real: dict[str, str] = {}  # folder -> its real path
+        self._missing: dict[str, str] = {}  # folder -> the first folder missing on the way to it ('': none)
         self._dirs: dict[str, list[Path]] = {}  # real folder -> where its absolute imports are searched
         self._parsed: "OrderedDict[str, tuple[tuple[int, int], ParsedModule | None]]" = OrderedDict()
         self._held = 0  # bytes of source of the modules in `_parsed`
         self._summaries: dict[str, tuple[tuple[int, int] | None, ModuleSummary | None]] = {}
         self._reach: dict[str, tuple[str, ...]] = {}
-        self._imports: dict[int, tuple[ModuleSummary, list[Path]]] = {}  # per summary: its resolved imports
+        # per summary: its resolved imports, and the paths tried before them where no file was
+        self._imports: dict[int, tuple[ModuleSummary, list[Path], tuple[str, ...]]] = {}
         self._mentions: dict[tuple[str, ...], dict[str, bool]] = {}  # words -> module -> reaches a mention
         self._edited: set[str] = set()  # buffers changed since reach was last asked about
         # what other modules derive from the whole project (what it saves), each kept with the
@@ -153,8 +155,8 @@ class Project:
         return self._resolution(from_path, module, level)[0]
 
     def _resolution(self, from_path: str, module: str, level: int) -> tuple[Path | None, tuple[str, ...]]:
-        """`_resolve`'s file, and the paths tried before it, where no file was: a module created
-        at one of them is what the import resolves to from then on."""
+        """`_resolve`'s file, and where it was looked for first and nothing was (`_witness`): a
+        module created there is what the import resolves to from then on."""
         key = (os.path.dirname(os.path.abspath(from_path)), module, level)
         if key not in self._resolved:
             folder = self._real.get(key[0])
@@ -166,8 +168,18 @@ class Project:
             # checked alone, instead of walking the whole installed package
             if found is not None and (in_environment(Path(folder)) or in_environment(found)):
                 found = None
-            self._resolved[key] = (found, tuple(str(t) for t in tried))
+            self._resolved[key] = (found, tuple(dict.fromkeys(self._witness(t) for t in tried)))
         return self._resolved[key]
+
+    def _witness(self, path: Path) -> str:
+        """What shows a file created at `path`, where there is none: the file itself where its
+        folder exists, else the first folder missing on the way to it (made first; one witness
+        for every module of a package that is not there)."""
+        folder = str(path.parent)
+        missing = self._missing.get(folder)
+        if missing is None:
+            missing = self._missing[folder] = _first_missing(path.parent)
+        return missing or str(path)
 
     def _find(self, folder: str, module: str, level: int, tried: list[Path]) -> Path | None:
         parts = [p for p in module.split(".") if p] if module else []
@@ -204,6 +216,7 @@ class Project:
         """Files may have been created, moved or deleted: resolve imports and walk the project
         afresh (parsed modules stay, each still checked against its file)."""
         self._resolved.clear()
+        self._missing.clear()
         self._dirs.clear()
         self._files = None
         self._words = None
@@ -381,26 +394,36 @@ class Project:
     def imports_of(self, path: Path, source: bytes | None = None) -> list[Path]:
         """The project's own modules that `path` imports directly (resolved, never `path`);
         from `source` instead of the file's contents when given."""
+        return self._imports_resolved(path, source)[1]
+
+    def _absent_imports(self, path: Path | str) -> tuple[str, ...]:
+        """Where `path`'s imports were looked for before the files they resolved to, and found
+        nothing: a module created there changes what it imports."""
+        return self._imports_resolved(Path(path))[2]
+
+    def _imports_resolved(self, path: Path, source: bytes | None = None) -> tuple[Any, list[Path], tuple[str, ...]]:
         summary = self.summary(path) if source is None else summarize(source, str(path))
         if summary is None:
-            return []
+            return None, [], ()
         found = self._imports.get(id(summary))
         if found is None or found[0] is not summary:
-            found = self._imports[id(summary)] = (summary, self._imports_in(path, summary))
-        return found[1]
+            found = self._imports[id(summary)] = (summary, *self._imports_in(path, summary))
+        return found
 
-    def _imports_in(self, path: Path, summary: ModuleSummary) -> list[Path]:
+    def _imports_in(self, path: Path, summary: ModuleSummary) -> tuple[list[Path], tuple[str, ...]]:
         here = str(path)
         real = os.path.realpath(here)
         found: dict[Path, None] = {}
+        absent: dict[str, None] = {}
         for module, level in summary.import_targets():
             try:
-                resolved = self._resolve(here, module, level)  # absolute and symlink-free
+                resolved, tried = self._resolution(here, module, level)  # absolute and symlink-free
             except (OSError, ValueError):
-                resolved = None
+                resolved, tried = None, ()
+            absent.update(dict.fromkeys(tried))
             if resolved is not None and str(resolved) != real:
                 found[resolved] = None
-        return list(found)
+        return list(found), tuple(absent)
 
     def reach(self, path: Path | str) -> tuple[str, ...]:
         """Every project module `path` reaches through imports, transitively (resolved paths,
@@ -641,13 +664,17 @@ class Project:
             known = self._mentions.setdefault(words, {})
             if key not in known:
                 self._settle(key, words, known)
-            reached = self.reach(key) if len(self._consulting) > 1 else ()
+            recorded = len(self._consulting) > 1
+            reached = self.reach(key) if recorded else ()
+            # a module created where an import found nothing may be reached from then on
+            absent = [p for module in (key, *reached) for p in self._absent_imports(module)] if recorded else []
         if self._consulting:
             reads = self._consulting[-1]
             reads.facts[("reach", key, words)] = known[key]
             if key not in reads.sources:
                 reads.sources[key] = None
                 reads.sources.update(dict.fromkeys(reached))
+                reads.sources.update(dict.fromkeys(absent))
         return known[key]
 
     def _settle(self, start: str, words: tuple[str, ...], known: dict[str, bool]) -> None:
@@ -800,6 +827,14 @@ def _cwd() -> Path:
     if not _CWD or _CWD[0][0] != here:
         _CWD[:] = [(here, Path(here).resolve())]
     return _CWD[0][1]
+
+
+def _first_missing(folder: Path) -> str:
+    """The outermost folder on the way to `folder` that is not there ('' when `folder` is)."""
+    missing = ""
+    while not folder.is_dir() and folder.parent != folder:
+        missing, folder = str(folder), folder.parent
+    return missing
 
 
 def _module_file(base: Path, parts: list[str], tried: list[Path]) -> Path | None:

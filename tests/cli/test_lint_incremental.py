@@ -94,6 +94,7 @@ _NEW_MODULES = [
     ("resolved to a package before", {"pkg/__init__.py": "", "pkg/helpers/__init__.py": "def train_step(*args):\n    pass\n"},
      "pkg/helpers.py"),
     ("resolved to nothing before, a package now", {"pkg/__init__.py": ""}, "pkg/helpers/__init__.py"),
+    ("no folder pkg before", {}, "pkg/helpers.py"),
 ]
 
 
@@ -108,3 +109,20 @@ def test_a_new_module_an_import_now_resolves_to_is_followed(lint, project, what,
     cold = _findings(lint, "--no-cache")
     assert any(f["code"] == "LC102" for f in cold)  # the step driver.py's model follows into it
     assert _findings(lint) == cold, what
+
+
+def test_a_new_module_a_file_now_reaches_makes_it_worth_analysing(lint, project):
+    """driver.py names nothing of PyTorch: it is analysed once a module it imports does, and a
+    module created where its import found nothing is one."""
+    (project / "pkg").mkdir()
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "driver.py").write_text(
+        "from pkg.helpers import train_step\n\n\ndef main(model, opt, criterion, loader):\n"
+        "    for epoch in range(3):\n        for batch in loader:\n            train_step(model, batch, opt, criterion)\n",
+        encoding="utf-8",
+    )
+    assert _findings(lint) == _findings(lint, "--no-cache") == []
+    (project / "pkg" / "helpers.py").write_text("import torch\n\n\n" + _STEP, encoding="utf-8")
+    cold = _findings(lint, "--no-cache")
+    assert [f["code"] for f in cold] == ["LC102"]
+    assert _findings(lint) == cold
