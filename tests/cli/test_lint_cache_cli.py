@@ -10,7 +10,7 @@ import pytest
 import loopcheck.lint.engine as engine
 from tests.projects import MODEL, TRAIN
 
-from .conftest import UNSAFE_LOAD, write
+from .conftest import DRIVER, STEP_MODULE, UNSAFE_LOAD, write
 
 
 
@@ -129,36 +129,6 @@ SEED = 1234
 
 def warmup(step, base):
     return base * min(1.0, step / 100)
-"""
-
-STEP_MODULE = """\
-import torch
-
-
-def train_step(model, batch, optimizer, criterion):
-    optimizer.zero_grad()
-    loss = criterion(model(batch[0]), batch[1])
-    optimizer.step()
-    loss.backward()
-    return loss
-"""
-
-DRIVER = """\
-import torch
-from torch import nn
-
-from settings import SEED
-from steps import train_step
-
-
-def main(loader):
-    torch.manual_seed(SEED)
-    model = nn.Linear(8, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    criterion = nn.CrossEntropyLoss()
-    for epoch in range(3):
-        for batch in loader:
-            train_step(model, batch, optimizer, criterion)
 """
 
 

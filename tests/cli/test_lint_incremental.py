@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import DRIVER, STEP_MODULE
+
 REPO = Path(__file__).resolve().parents[2]
 PROJECTS = sorted(p for p in (REPO / "fixtures").iterdir() if p.is_dir())
 _LOOP_WORDS = (".step()", "zero_grad", ".eval()", ".train()", "backward(", "state_dict", "set_epoch")
@@ -62,30 +64,9 @@ def test_warm_runs_after_edits_match_cold_runs(lint, project, fixture):
         assert _findings(lint) == _findings(lint, "--no-cache"), f"{path.name}: restored"
 
 
-_STEP = """\
-def train_step(model, batch, optimizer, criterion):
-    optimizer.zero_grad()
-    loss = criterion(model(batch[0]), batch[1])
-    optimizer.step()
-    loss.backward()
-    return loss
-"""
+# driver.py's loop calls a step that `from pkg.helpers import train_step` finds once created
+_DRIVER = DRIVER.replace("from steps import", "from pkg.helpers import")
 
-_DRIVER = """\
-import torch
-from torch import nn
-
-from pkg.helpers import train_step
-
-
-def main(loader):
-    model = nn.Linear(8, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    criterion = nn.CrossEntropyLoss()
-    for epoch in range(3):
-        for batch in loader:
-            train_step(model, batch, optimizer, criterion)
-"""
 
 # (what, files before, the file created): `from pkg.helpers import ...` resolves to the new file
 # (`pkg/helpers.py` is found before a package `pkg/helpers/`)
@@ -105,7 +86,7 @@ def test_a_new_module_an_import_now_resolves_to_is_followed(lint, project, what,
         (project / name).write_text(text, encoding="utf-8")
     assert _findings(lint) == _findings(lint, "--no-cache")
     (project / created).parent.mkdir(parents=True, exist_ok=True)
-    (project / created).write_text(_STEP, encoding="utf-8")
+    (project / created).write_text(STEP_MODULE, encoding="utf-8")
     cold = _findings(lint, "--no-cache")
     assert any(f["code"] == "LC102" for f in cold)  # the step driver.py's model follows into it
     assert _findings(lint) == cold, what
@@ -122,7 +103,7 @@ def test_a_new_module_a_file_now_reaches_makes_it_worth_analysing(lint, project)
         encoding="utf-8",
     )
     assert _findings(lint) == _findings(lint, "--no-cache") == []
-    (project / "pkg" / "helpers.py").write_text("import torch\n\n\n" + _STEP, encoding="utf-8")
+    (project / "pkg" / "helpers.py").write_text(STEP_MODULE, encoding="utf-8")
     cold = _findings(lint, "--no-cache")
     assert [f["code"] for f in cold] == ["LC102"]
     assert _findings(lint) == cold
