@@ -85,7 +85,7 @@ class Project:
         self.roots = [r.resolve() for r in roots or []]
         self.budget = budget
         self.parses: Counter[str] = Counter()  # resolved path -> libcst parses this run
-        # (folder, module, level) -> (its file, the paths tried before it, absent)
+        # (folder, module, level) -> (its file, where it was looked for first and nothing was: `_witness`)
         self._resolved: dict[tuple[str, str, int], tuple[Path | None, tuple[str, ...]]] = {}
         self._real: dict[str, str] = {}  # folder -> its real path
         self._missing: dict[str, str] = {}  # folder -> the first folder missing on the way to it ('': none)
@@ -94,7 +94,7 @@ class Project:
         self._held = 0  # bytes of source of the modules in `_parsed`
         self._summaries: dict[str, tuple[tuple[int, int] | None, ModuleSummary | None]] = {}
         self._reach: dict[str, tuple[str, ...]] = {}
-        # per summary: its resolved imports, and the paths tried before them where no file was
+        # per summary: its resolved imports, and where they were looked for first and nothing was
         self._imports: dict[int, tuple[ModuleSummary, list[Path], tuple[str, ...]]] = {}
         self._mentions: dict[tuple[str, ...], dict[str, bool]] = {}  # words -> module -> reaches a mention
         self._edited: set[str] = set()  # buffers changed since reach was last asked about
@@ -401,7 +401,9 @@ class Project:
         nothing: a module created there changes what it imports."""
         return self._imports_resolved(Path(path))[2]
 
-    def _imports_resolved(self, path: Path, source: bytes | None = None) -> tuple[Any, list[Path], tuple[str, ...]]:
+    def _imports_resolved(
+        self, path: Path, source: bytes | None = None,
+    ) -> tuple[ModuleSummary | None, list[Path], tuple[str, ...]]:
         summary = self.summary(path) if source is None else summarize(source, str(path))
         if summary is None:
             return None, [], ()
