@@ -21,7 +21,7 @@ a real project): the cold command line `loopcheck lint --no-cache --isolated` ag
 libcst parse of the same files with the same number of worker processes, interleaved, with the
 peak memory of the lint process; `--per-file` adds each file's check against its own parse
 (one process, the run's shared project), and `--edit-one` the re-lint after one file changes
-on a warm cache against the parse of that file alone.
+on a warm cache against the parse of that file alone (each edit made `--repeat` times).
 
     python benchmarks/lint_speed.py [--files 500] [--jobs N] [--repeat 5] [--select LC1]
     python benchmarks/lint_speed.py --single-lines 20000 [--repeat 3]
@@ -220,7 +220,7 @@ def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: b
     if per_file:
         worst_file(files)
     if edit_one:
-        relint_one(root, files, jobs)
+        relint_one(root, files, jobs, repeat)
 
 
 def worst_file(files: list[Path]) -> None:

@@ -21,6 +21,10 @@ unchanged and every answer is the same, so an edit to a function no other analys
 re-runs only the analysis of the edited file; the results of the files it reports into are
 assembled again from the kept analyses.
 
+Facts derived from many files (what the project saves) are kept as each file's part under
+`derived/`, by the file's content (`Project.derived_part`, `DerivedParts`): a new process after
+an edit works out the edited file's part again and reads the others.
+
 Unreadable or malformed entries are treated as missing and overwritten. Writing is best effort:
 a read-only tree just runs without a cache.
 """
@@ -120,6 +124,7 @@ class Cache:
     def __init__(self, root: Path) -> None:
         self.dir = root / DIRNAME / f"v{SCHEMA}-{_salt()}"
         self.summaries = self.dir / "summaries"  # module summaries by content (`summary.SummaryStore`)
+        self.derived = DerivedParts(self, self.dir / "derived")  # parts of derived facts by content
         self._hashes: dict[Path, str | None] = {}
         self._given: dict[str, str | None] = {}
         self._answers: dict[tuple[str, str, Any], Any] = {}
@@ -140,6 +145,8 @@ class Cache:
         if real not in self._hashes:
             try:
                 self._hashes[real] = digest(real.read_bytes())
+            except IsADirectoryError:
+                self._hashes[real] = "folder"  # a folder that was missing where an import looked (`Project._witness`)
             except OSError:
                 self._hashes[real] = None
         self._given[str(path)] = self._hashes[real]
@@ -301,6 +308,8 @@ class Cache:
         return self._projects[folder]
 
     def _write(self, target: Path, doc: dict[str, Any]) -> None:
+        if not self._writable:
+            return
         try:
             self._prepare(target.parent)
             fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
@@ -347,3 +356,29 @@ class Cache:
                 "Signature: 8a477f597d28d172789f06886806bc55\n# loopcheck lint cache: safe to delete\n",
                 encoding="utf-8",
             )
+
+
+class DerivedParts:
+    """Each file's part of a fact derived from many files (`Project.derived_part`), kept by its
+    key (which names the file's content) in one JSON file, written like the cache's entries."""
+
+    def __init__(self, cache: Cache, folder: Path) -> None:
+        self.cache = cache
+        self.folder = folder
+
+    def _path(self, key: str) -> Path:
+        name = digest(key.encode())[:32]
+        return self.folder / name[:2] / f"{name}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The part kept under `key`; None when there is none or it cannot be read back."""
+        try:
+            raw = json.loads(self._path(key).read_text(encoding="utf-8"))
+            if raw.get("schema") != SCHEMA or raw.get("key") != key or not isinstance(raw["part"], dict):
+                return None
+            return raw["part"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def put(self, key: str, part: dict[str, Any]) -> None:
+        self.cache._write(self._path(key), {"schema": SCHEMA, "key": key, "part": part})

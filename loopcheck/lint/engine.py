@@ -569,7 +569,8 @@ def _import_analysis() -> None:
 
 class AnalysisStore(Protocol):
     """Where analyses outlive a run (the lint cache): an analysis is reused while its file and
-    every project file it read are unchanged."""
+    every project file it read are unchanged. One with a `derived` store (`cache.DerivedParts`)
+    keeps each file's part of the facts derived from many files there too."""
 
     def analysis(self, path: str, codes: tuple[str, ...], promised: bool, answer: bool = True) -> FileResult | None:
         """The kept analysis while valid; with `answer` false, None as well when validity rests
@@ -608,7 +609,10 @@ def check_files(
     names = [str(f) for f in files]
     tasks = [(n, enabled, promise_fixes) for n in names]
     tasks += [(n, enabled, False) for n in _unlinted_dependents(names)]
-    analyses = _analyses(tasks, enabled, jobs, store)
+    from loopcheck.lint.project import parts_kept_in
+
+    with parts_kept_in(getattr(store, "derived", None)):  # the lint cache keeps derived facts by file
+        analyses = _analyses(tasks, enabled, jobs, store)
     located: dict[str, list[Finding]] = {}
     for analysis in analyses:
         for f in analysis.findings:

@@ -85,19 +85,23 @@ class Project:
         self.roots = [r.resolve() for r in roots or []]
         self.budget = budget
         self.parses: Counter[str] = Counter()  # resolved path -> libcst parses this run
-        self._resolved: dict[tuple[str, str, int], Path | None] = {}  # (folder, module, level) -> file
+        # (folder, module, level) -> (its file, where it was looked for first and nothing was: `_witness`)
+        self._resolved: dict[tuple[str, str, int], tuple[Path | None, tuple[str, ...]]] = {}
         self._real: dict[str, str] = {}  # folder -> its real path
+        self._missing: dict[str, str] = {}  # folder -> the first folder missing on the way to it ('': none)
         self._dirs: dict[str, list[Path]] = {}  # real folder -> where its absolute imports are searched
         self._parsed: "OrderedDict[str, tuple[tuple[int, int], ParsedModule | None]]" = OrderedDict()
         self._held = 0  # bytes of source of the modules in `_parsed`
         self._summaries: dict[str, tuple[tuple[int, int] | None, ModuleSummary | None]] = {}
         self._reach: dict[str, tuple[str, ...]] = {}
-        self._imports: dict[int, tuple[ModuleSummary, list[Path]]] = {}  # per summary: its resolved imports
+        # per summary: its resolved imports, and where they were looked for first and nothing was
+        self._imports: dict[int, tuple[ModuleSummary, list[Path], tuple[str, ...]]] = {}
         self._mentions: dict[tuple[str, ...], dict[str, bool]] = {}  # words -> module -> reaches a mention
         self._edited: set[str] = set()  # buffers changed since reach was last asked about
         # what other modules derive from the whole project (what it saves), each kept with the
         # stamps of the files it was derived from, which its user compares
         self.derived: dict[str, Any] = {}
+        self._derived_parts: dict[str, Any] = {}  # key -> one file's part of a derived fact (`derived_part`)
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
         self._words: dict[str, list[str]] | None = None  # word -> project files holding it
@@ -148,30 +152,46 @@ class Project:
 
     def _resolve(self, from_path: str, module: str, level: int) -> Path | None:
         """The absolute, symlink-free path (found once per folder, module and level)."""
+        return self._resolution(from_path, module, level)[0]
+
+    def _resolution(self, from_path: str, module: str, level: int) -> tuple[Path | None, tuple[str, ...]]:
+        """`_resolve`'s file, and where it was looked for first and nothing was (`_witness`): a
+        module created there is what the import resolves to from then on."""
         key = (os.path.dirname(os.path.abspath(from_path)), module, level)
         if key not in self._resolved:
             folder = self._real.get(key[0])
             if folder is None:
                 folder = self._real[key[0]] = os.path.realpath(key[0])
-            found = self._find(folder, module, level)
+            tried: list[Path] = []
+            found = self._find(folder, module, level, tried)
             # never into an environment or installed packages: a file named inside one is
             # checked alone, instead of walking the whole installed package
             if found is not None and (in_environment(Path(folder)) or in_environment(found)):
                 found = None
-            self._resolved[key] = found
+            self._resolved[key] = (found, tuple(dict.fromkeys(self._witness(t) for t in tried)))
         return self._resolved[key]
 
-    def _find(self, folder: str, module: str, level: int) -> Path | None:
+    def _witness(self, path: Path) -> str:
+        """What shows a file created at `path`, where there is none: the file itself where its
+        folder exists, else the first folder missing on the way to it (made first; one witness
+        for every module of a package that is not there)."""
+        folder = str(path.parent)
+        missing = self._missing.get(folder)
+        if missing is None:
+            missing = self._missing[folder] = _first_missing(path.parent)
+        return missing or str(path)
+
+    def _find(self, folder: str, module: str, level: int, tried: list[Path]) -> Path | None:
         parts = [p for p in module.split(".") if p] if module else []
         if level:
             base = Path(folder)
             for _ in range(level - 1):
                 base = base.parent
-            return _module_file(base, parts)
+            return _module_file(base, parts, tried)
         if not parts or parts[0] in sys.builtin_module_names or parts[0] in _NOT_LOCAL:
             return None
         for directory in self._search_dirs(folder):
-            found = _module_file(directory, parts)
+            found = _module_file(directory, parts, tried)
             if found is not None:
                 return found
         return None
@@ -196,6 +216,7 @@ class Project:
         """Files may have been created, moved or deleted: resolve imports and walk the project
         afresh (parsed modules stay, each still checked against its file)."""
         self._resolved.clear()
+        self._missing.clear()
         self._dirs.clear()
         self._files = None
         self._words = None
@@ -250,6 +271,8 @@ class Project:
         """The parsed module `module` imported from `from_path`. `whole`: the analysis asking
         depends on all of it; else the caller notes the parts it reads (`part_reader`)."""
         target = self.resolve(from_path, module, level)
+        if self._consulting and from_path and not from_path.startswith("<"):
+            self._notes(self._resolution(from_path, module, level)[1])  # a module created there is followed instead
         if target is None or os.path.realpath(target) == os.path.realpath(from_path):
             return None
         return self.parse(target, whole=whole)
@@ -371,26 +394,38 @@ class Project:
     def imports_of(self, path: Path, source: bytes | None = None) -> list[Path]:
         """The project's own modules that `path` imports directly (resolved, never `path`);
         from `source` instead of the file's contents when given."""
+        return self._imports_resolved(path, source)[1]
+
+    def _absent_imports(self, path: Path | str) -> tuple[str, ...]:
+        """Where `path`'s imports were looked for before the files they resolved to, and found
+        nothing: a module created there changes what it imports."""
+        return self._imports_resolved(Path(path))[2]
+
+    def _imports_resolved(
+        self, path: Path, source: bytes | None = None,
+    ) -> tuple[ModuleSummary | None, list[Path], tuple[str, ...]]:
         summary = self.summary(path) if source is None else summarize(source, str(path))
         if summary is None:
-            return []
+            return None, [], ()
         found = self._imports.get(id(summary))
         if found is None or found[0] is not summary:
-            found = self._imports[id(summary)] = (summary, self._imports_in(path, summary))
-        return found[1]
+            found = self._imports[id(summary)] = (summary, *self._imports_in(path, summary))
+        return found
 
-    def _imports_in(self, path: Path, summary: ModuleSummary) -> list[Path]:
+    def _imports_in(self, path: Path, summary: ModuleSummary) -> tuple[list[Path], tuple[str, ...]]:
         here = str(path)
         real = os.path.realpath(here)
         found: dict[Path, None] = {}
+        absent: dict[str, None] = {}
         for module, level in summary.import_targets():
             try:
-                resolved = self._resolve(here, module, level)  # absolute and symlink-free
+                resolved, tried = self._resolution(here, module, level)  # absolute and symlink-free
             except (OSError, ValueError):
-                resolved = None
+                resolved, tried = None, ()
+            absent.update(dict.fromkeys(tried))
             if resolved is not None and str(resolved) != real:
                 found[resolved] = None
-        return list(found)
+        return list(found), tuple(absent)
 
     def reach(self, path: Path | str) -> tuple[str, ...]:
         """Every project module `path` reaches through imports, transitively (resolved paths,
@@ -542,6 +577,31 @@ class Project:
             self._consulting[-1].sources.update(dict.fromkeys(os.path.abspath(p) for p in inputs))
         return value
 
+    def derived_part(self, key: str, make: Callable[[], dict[str, Any]], read: Callable[[dict[str, Any]], Any]) -> Any:
+        """One file's part of a fact derived from many (`DERIVED`): `make` works it out as plain
+        JSON data that depends on nothing but what `key` names (the file's content digest, and
+        whatever else went into it), `read` turns that into the value given back. Made once per
+        process, and once per key while a store keeps the parts across runs (the lint cache,
+        `parts_kept_in`): a new process after an edit makes only the edited file's part again.
+        A kept part `read` cannot take is made again."""
+        if key in self._derived_parts:
+            return self._derived_parts[key]
+        store = _PARTS[0] if _PARTS else None
+        kept = store.get(key) if store is not None else None
+        try:
+            value = read(kept) if kept is not None else _MISSING
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            value = _MISSING
+        if value is _MISSING:
+            part = make()
+            value = read(part)
+            if store is not None:
+                store.put(key, part)
+        if len(self._derived_parts) > _MAX_FILES:
+            self._derived_parts.clear()
+        self._derived_parts[key] = value
+        return value
+
     def _ask(self, kind: str, path: str, arg: Any) -> Any:
         """Answer, and record the question for the analysis asking."""
         found = self.answer(kind, path, arg)
@@ -606,13 +666,17 @@ class Project:
             known = self._mentions.setdefault(words, {})
             if key not in known:
                 self._settle(key, words, known)
-            reached = self.reach(key) if len(self._consulting) > 1 else ()
+            recorded = len(self._consulting) > 1
+            reached = self.reach(key) if recorded else ()
+            # a module created where an import found nothing may be reached from then on
+            absent = [p for module in (key, *reached) for p in self._absent_imports(module)] if recorded else []
         if self._consulting:
             reads = self._consulting[-1]
             reads.facts[("reach", key, words)] = known[key]
             if key not in reads.sources:
                 reads.sources[key] = None
                 reads.sources.update(dict.fromkeys(reached))
+                reads.sources.update(dict.fromkeys(absent))
         return known[key]
 
     def _settle(self, start: str, words: tuple[str, ...], known: dict[str, bool]) -> None:
@@ -676,6 +740,23 @@ class Project:
 # the files it was derived from).
 # Named by string: the deriving modules build on this one.
 DERIVED = {"saved_files": "loopcheck.lint.saved_files:project_saves"}
+
+
+_MISSING = object()
+_PARTS: list[Any] = []  # where the parts of derived facts outlive a process (`parts_kept_in`), if anywhere
+
+
+@contextmanager
+def parts_kept_in(store: Any) -> Iterator[None]:
+    """Keep the parts of derived facts (`Project.derived_part`) in `store` meanwhile (`get(key)`:
+    the part kept, or None; `put(key, part)`), in this process and in the worker processes it
+    forks; None: in memory only."""
+    old = list(_PARTS)
+    _PARTS[:] = [store] if store is not None else []
+    try:
+        yield
+    finally:
+        _PARTS[:] = old
 
 
 def _derive(name: str, project: "Project") -> tuple[Any, str, list[str]]:
@@ -750,17 +831,24 @@ def _cwd() -> Path:
     return _CWD[0][1]
 
 
-def _module_file(base: Path, parts: list[str]) -> Path | None:
-    if not parts:
-        init = base / "__init__.py"
-        return init if init.is_file() else None
-    target = base.joinpath(*parts)
-    candidate = target.with_name(target.name + ".py")
-    if candidate.is_file():
-        return candidate
-    init = target / "__init__.py"
-    if init.is_file():
-        return init
+def _first_missing(folder: Path) -> str:
+    """The outermost folder on the way to `folder` that is not there ('' when `folder` is)."""
+    missing = ""
+    while not folder.is_dir() and folder.parent != folder:
+        missing, folder = str(folder), folder.parent
+    return missing
+
+
+def _module_file(base: Path, parts: list[str], tried: list[Path]) -> Path | None:
+    """The file of module `parts` under `base`; the candidates found absent go to `tried`."""
+    candidates = [base / "__init__.py"]
+    if parts:
+        target = base.joinpath(*parts)
+        candidates = [target.with_name(target.name + ".py"), target / "__init__.py"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+        tried.append(candidate)
     return None
 
 

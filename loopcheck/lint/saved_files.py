@@ -219,24 +219,29 @@ class _Module:
 
     def _passed(self, func: ast.FunctionDef | ast.AsyncFunctionDef, index: int | None, name: str) -> list[ast.AST | None]:
         out: list[ast.AST | None] = []
+        method = _is_method(func)
         for call in self.calls.get(func.name, []):
-            value = argument(call, func, index, name)
+            value = argument(call, method, index, name)
             if value is not None:
                 out.append(value)
         return out
 
 
-def argument(call: ast.Call, func: ast.FunctionDef | ast.AsyncFunctionDef, index: int | None, name: str) -> ast.AST | None:
-    """What `call` passes for parameter `name` (at `index`) of `func`."""
+def argument(call: ast.Call, method: bool, index: int | None, name: str) -> ast.AST | None:
+    """What `call` passes for parameter `name` (at `index`) of a function (`method`: one whose
+    first parameter is `self` or `cls`, which a call through an attribute does not pass)."""
     if any(isinstance(a, ast.Starred) for a in call.args):
         return None
     value = next((k.value for k in call.keywords if k.arg == name), None)
     if value is None and index is not None:
-        method = bool(func.args.args) and func.args.args[0].arg in ("self", "cls")
         position = index - 1 if method and isinstance(call.func, ast.Attribute) else index
         if 0 <= position < len(call.args):
             value = call.args[position]
     return value
+
+
+def _is_method(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return bool(func.args.args) and func.args.args[0].arg in ("self", "cls")
 
 
 def _parameter(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> tuple[int | None, ast.AST | None] | None:
@@ -482,7 +487,7 @@ class _Helper:
     """A project function that saves what it is given (`save_checkpoint(state, filename)`)."""
 
     name: str
-    func: ast.FunctionDef | ast.AsyncFunctionDef
+    method: bool  # its first parameter is `self` or `cls`
     obj: tuple[int | None, str] | None  # the parameter holding the saved object, if one does
     saved: SavedFile  # the save inside it
 
@@ -507,7 +512,7 @@ def _direct_saves(module: _Module, path: str) -> tuple[list[SavedFile], list[_He
             used = _names_in(module, target) | _names_in(module, obj)
             if used & set(params):
                 own = obj.id if isinstance(obj, ast.Name) and obj.id in params else None
-                helpers.append(_Helper(func.name, func, (params[own], own) if own else None, saved))
+                helpers.append(_Helper(func.name, _is_method(func), (params[own], own) if own else None, saved))
     return saves, helpers
 
 
@@ -555,7 +560,7 @@ def _helper_calls(module: _Module, path: str, helpers: dict[str, list[_Helper]])
             for helper in found:
                 if not _calls_helper(module, path, call, helper):
                     continue
-                obj = argument(call, helper.func, *helper.obj) if helper.obj else None
+                obj = argument(call, helper.method, *helper.obj) if helper.obj else None
                 if helper.obj and obj is None:
                     continue  # what it saves is not known here
                 paths = set()
@@ -723,19 +728,42 @@ _COMMON_SUFFIXES = frozenset({
 _MODULES: "dict[str, tuple[Any, _Module | None]]" = {}  # file -> (its stamp, its module)
 
 
-def _module_at(project: Any, name: str) -> _Module | None:
-    """The module of a project file, parsed once per version of its text."""
-    stamp = project.stamp(Path(name))  # an open buffer's version too: its text is what is read
+def _module_at(project: Any, name: str, content: "_Content | None" = None) -> _Module | None:
+    """The module of a project file, parsed once per version of its text (from `content` when
+    the caller has read it)."""
+    stamp = content.stamp if content is not None else project.stamp(Path(name))  # an open buffer's version too
     cached = _MODULES.get(name)
     if cached is None or cached[0] != stamp:
         if len(_MODULES) > 4096:
             _MODULES.clear()
-        try:
-            data = project.read(Path(name))
-        except OSError:
-            return None
+        if content is not None:
+            data = content.data
+        else:
+            try:
+                data = project.read(Path(name))
+            except OSError:
+                return None
         cached = _MODULES[name] = (stamp, _parse(data, name))
     return cached[1]
+
+
+@dataclass(frozen=True)
+class _Content:
+    """A project file's text as the project read it, its stamp (taken before) and its digest."""
+
+    stamp: Any
+    data: bytes
+    digest: str
+
+
+def _content(project: Any, name: str) -> _Content | None:
+    """What a project file holds now; None when it cannot be read."""
+    stamp = project.stamp(Path(name))
+    try:
+        data = project.read(Path(name))
+    except OSError:
+        return None
+    return _Content(stamp, data, hashlib.sha256(data).hexdigest()[:32])
 
 
 def project_saves(project: Any) -> tuple[tuple[list[SavedFile], dict[str, list[_Helper]]], str, list[str]]:
@@ -755,7 +783,10 @@ def _row(saved: SavedFile) -> tuple:
 
 
 def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helper]]]:
-    """Every save of the project's files as they are on disk, and its save helpers."""
+    """Every save of the project's files as they are on disk, and its save helpers: the sum of
+    each file's part (`_direct_part`, `_calls_part`), each kept by the file's content, so after
+    an edit only the edited file's part is worked out again (in a new process too, while the
+    lint cache keeps the parts: `Project.derived_part`)."""
     files = project.files_mentioning("save")
     stamps = tuple((f, project.stamp(Path(f))) for f in files)
     cached = project.derived.get("saved_files")
@@ -764,18 +795,86 @@ def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helpe
     saves: list[SavedFile] = []
     helpers: dict[str, list[_Helper]] = {}
     for name in files:
-        module = _module_at(project, name)
-        if module is not None:
-            direct, found = _direct_saves(module, name)
-            saves += direct
-            for helper in found:
-                helpers.setdefault(helper.name, []).append(helper)
+        direct, found = _direct_part(project, name)
+        saves += direct
+        for helper in found:
+            helpers.setdefault(helper.name, []).append(helper)
     for name in sorted({f for h in helpers for f in project.files_mentioning(h)}):
-        module = _module_at(project, name)
-        if module is not None:
-            saves += _helper_calls(module, name, helpers)
+        saves += _calls_part(project, name, helpers)
     project.derived["saved_files"] = (stamps, saves, helpers)
     return saves, helpers
+
+
+# ---- each file's part, as plain data --------------------------------------------------------------
+
+
+def _direct_part(project: Any, name: str) -> tuple[list[SavedFile], list[_Helper]]:
+    """The saves a file makes itself and its save helpers (`_direct_saves`): they depend on its
+    text alone, so they are kept by its digest (whatever the file is called)."""
+    content = _content(project, name)
+    if content is None:
+        return [], []
+
+    def make() -> dict[str, Any]:
+        module = _module_at(project, name, content)
+        saves, helpers = _direct_saves(module, name) if module is not None else ([], [])
+        return {"saves": [_save_doc(s) for s in saves],
+                "helpers": [[h.name, h.method, h.obj, _save_doc(h.saved)] for h in helpers]}
+
+    def read(part: dict[str, Any]) -> tuple[list[SavedFile], list[_Helper]]:
+        return ([_save_of(d, name) for d in part["saves"]],
+                [_Helper(str(n), bool(m), _parameter_of(o), _save_of(d, name)) for n, m, o, d in part["helpers"]])
+
+    return project.derived_part(f"saves:{content.digest}", make, read)
+
+
+def _calls_part(project: Any, name: str, helpers: dict[str, list[_Helper]]) -> list[SavedFile]:
+    """The saves a file makes through the project's save helpers (`_helper_calls`): kept by its
+    digest, its path (a call in the helper's own file is told apart) and the helpers its text
+    names (one it never names cannot change them)."""
+    content = _content(project, name)
+    if content is None:
+        return []
+    # a call of a helper spells its name (a name found inside a longer word is only looked for)
+    named = {h: found for h, found in helpers.items() if h.encode() in content.data}
+    if not named:
+        return []
+    kinds = sorted((h, sorted((_row(x.saved), x.method, repr(x.obj)) for x in found)) for h, found in named.items())
+    key = f"save-calls:{content.digest}:{hashlib.sha1(repr((os.path.realpath(name), kinds)).encode()).hexdigest()}"
+
+    def make() -> dict[str, Any]:
+        module = _module_at(project, name, content)
+        return {"saves": [_save_doc(s) for s in _helper_calls(module, name, named)] if module is not None else []}
+
+    return project.derived_part(key, make, lambda part: [_save_of(d, name) for d in part["saves"]])
+
+
+def _save_doc(saved: SavedFile) -> list[Any]:
+    """A save as plain data (its file left out: the part is kept by content)."""
+    return [saved.line, sorted(saved.names), saved.tensors_only, sorted(saved.keys) if saved.keys is not None else None,
+            sorted(saved.suffixes), sorted(saved.owners)]
+
+
+def _save_of(doc: list[Any], path: str) -> SavedFile:
+    line, names, only, keys, suffixes, owners = doc
+    return SavedFile(path, int(line), _strings(names), bool(only), _strings(keys) if keys is not None else None,
+                     _strings(suffixes), _strings(owners))
+
+
+def _strings(doc: list[Any]) -> frozenset[str]:
+    if not isinstance(doc, list) or not all(isinstance(x, str) for x in doc):
+        raise TypeError("a list of strings was expected")
+    return frozenset(doc)
+
+
+def _parameter_of(doc: Any) -> tuple[int | None, str] | None:
+    """A helper's parameter holding what it saves (`_Helper.obj`) read back."""
+    if doc is None:
+        return None
+    index, name = doc
+    if not (index is None or type(index) is int) or not isinstance(name, str):
+        raise TypeError("a parameter (position, name) was expected")
+    return index, name
 
 
 def _saves_of(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helper]]]:

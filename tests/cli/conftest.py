@@ -75,6 +75,38 @@ CLEAN = textwrap.dedent(
     """
 )
 
+# Two files: driver.py's loop calls the step in steps.py, whose reset sits between the backward
+# and the step (LC102 in steps.py, found by driver.py's model)
+STEP_MODULE = """\
+import torch
+
+
+def train_step(model, batch, optimizer, criterion):
+    optimizer.zero_grad()
+    loss = criterion(model(batch[0]), batch[1])
+    optimizer.step()
+    loss.backward()
+    return loss
+"""
+
+DRIVER = """\
+import torch
+from torch import nn
+
+from settings import SEED
+from steps import train_step
+
+
+def main(loader):
+    torch.manual_seed(SEED)
+    model = nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CrossEntropyLoss()
+    for epoch in range(3):
+        for batch in loader:
+            train_step(model, batch, optimizer, criterion)
+"""
+
 
 def line_of(source: str, text: str) -> int:
     """1-based line of the first line of source containing text."""

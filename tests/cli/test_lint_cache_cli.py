@@ -10,7 +10,7 @@ import pytest
 import loopcheck.lint.engine as engine
 from tests.projects import MODEL, TRAIN
 
-from .conftest import UNSAFE_LOAD, write
+from .conftest import DRIVER, STEP_MODULE, UNSAFE_LOAD, write
 
 
 
@@ -103,8 +103,9 @@ def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
 
 
 def results_in(cache: Path) -> list[Path]:
-    """The stored lint results of files (module summaries and analyses kept beside them left out)."""
-    return [p for p in cache.rglob("*.json") if "summaries" not in p.parts and "analyses" not in p.parts]
+    """The stored lint results of files (module summaries, analyses and derived parts kept beside
+    them left out)."""
+    return [p for p in cache.rglob("*.json") if not {"summaries", "analyses", "derived"} & set(p.parts)]
 
 
 def analyses_in(cache: Path) -> list[Path]:
@@ -128,36 +129,6 @@ SEED = 1234
 
 def warmup(step, base):
     return base * min(1.0, step / 100)
-"""
-
-STEP_MODULE = """\
-import torch
-
-
-def train_step(model, batch, optimizer, criterion):
-    optimizer.zero_grad()
-    loss = criterion(model(batch[0]), batch[1])
-    optimizer.step()
-    loss.backward()
-    return loss
-"""
-
-DRIVER = """\
-import torch
-from torch import nn
-
-from settings import SEED
-from steps import train_step
-
-
-def main(loader):
-    torch.manual_seed(SEED)
-    model = nn.Linear(8, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    criterion = nn.CrossEntropyLoss()
-    for epoch in range(3):
-        for batch in loader:
-            train_step(model, batch, optimizer, criterion)
 """
 
 
@@ -214,3 +185,28 @@ def test_what_the_project_saves_is_read_as_a_whole_not_file_by_file(lint, projec
     checked.clear()
     assert report(lint)["findings"] == []
     assert checked == ["export.py"]
+
+
+def test_what_each_file_saves_is_kept_by_its_content(lint, project, monkeypatch):
+    """A new run after an edit works out again only what the edited file saves, and reads what
+    the others save from the cache; `--no-cache` keeps nothing."""
+    import hashlib
+
+    from loopcheck.lint import cache as cache_mod
+
+    write(project / "ckpt.py", "import torch\n\n\ndef read(folder):\n    return torch.load(folder / \"weights-best.pth\")\n")
+    write(project / "export.py", "import torch\n\n\ndef export(model, folder):\n    torch.save(model.state_dict(), folder / \"weights-best.pth\")\n")
+    train = "import torch\nfrom export import export\n\n\ndef end(model):\n    export(model, \"out\")\n    torch.save(model.state_dict(), \"last.pt\")\n"
+    write(project / "train.py", train)
+    made: list[str] = []
+    real = cache_mod.DerivedParts.put
+    monkeypatch.setattr(cache_mod.DerivedParts, "put", lambda self, key, part: made.append(key) or real(self, key, part))
+    cold = report(lint)
+    assert len(made) == 4  # what export.py and train.py save, their calls of `export`
+    edited = train.replace("last.pt", "final.pt")
+    write(project / "train.py", edited)
+    made.clear()
+    assert report(lint) == report(lint, "--no-cache") == cold
+    digest = hashlib.sha256(edited.encode()).hexdigest()[:32]
+    assert sorted(k.split(":")[0] for k in made) == ["save-calls", "saves"]
+    assert all(k.split(":")[1] == digest for k in made)  # the edited file's parts, nothing else

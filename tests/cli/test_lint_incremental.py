@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import DRIVER, STEP_MODULE
+
 REPO = Path(__file__).resolve().parents[2]
 PROJECTS = sorted(p for p in (REPO / "fixtures").iterdir() if p.is_dir())
 _LOOP_WORDS = (".step()", "zero_grad", ".eval()", ".train()", "backward(", "state_dict", "set_epoch")
@@ -60,3 +62,48 @@ def test_warm_runs_after_edits_match_cold_runs(lint, project, fixture):
             assert warm == _findings(lint, "--no-cache"), f"{path.name}: {what}"
         path.write_text(original, encoding="utf-8")
         assert _findings(lint) == _findings(lint, "--no-cache"), f"{path.name}: restored"
+
+
+# driver.py's loop calls a step that `from pkg.helpers import train_step` finds once created
+_DRIVER = DRIVER.replace("from steps import", "from pkg.helpers import")
+
+
+# (what, files before, the file created): `from pkg.helpers import ...` resolves to the new file
+# (`pkg/helpers.py` is found before a package `pkg/helpers/`)
+_NEW_MODULES = [
+    ("resolved to nothing before", {"pkg/__init__.py": ""}, "pkg/helpers.py"),
+    ("resolved to a package before", {"pkg/__init__.py": "", "pkg/helpers/__init__.py": "def train_step(*args):\n    pass\n"},
+     "pkg/helpers.py"),
+    ("resolved to nothing before, a package now", {"pkg/__init__.py": ""}, "pkg/helpers/__init__.py"),
+    ("no folder pkg before", {}, "pkg/helpers.py"),
+]
+
+
+@pytest.mark.parametrize("what,before,created", _NEW_MODULES, ids=[c[0] for c in _NEW_MODULES])
+def test_a_new_module_an_import_now_resolves_to_is_followed(lint, project, what, before, created):
+    for name, text in {"driver.py": _DRIVER, **before}.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text, encoding="utf-8")
+    assert _findings(lint) == _findings(lint, "--no-cache")
+    (project / created).parent.mkdir(parents=True, exist_ok=True)
+    (project / created).write_text(STEP_MODULE, encoding="utf-8")
+    cold = _findings(lint, "--no-cache")
+    assert any(f["code"] == "LC102" for f in cold)  # the step driver.py's model follows into it
+    assert _findings(lint) == cold, what
+
+
+def test_a_new_module_a_file_now_reaches_makes_it_worth_analysing(lint, project):
+    """driver.py names nothing of PyTorch: it is analysed once a module it imports does, and a
+    module created where its import found nothing is one."""
+    (project / "pkg").mkdir()
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "driver.py").write_text(
+        "from pkg.helpers import train_step\n\n\ndef main(model, opt, criterion, loader):\n"
+        "    for epoch in range(3):\n        for batch in loader:\n            train_step(model, batch, opt, criterion)\n",
+        encoding="utf-8",
+    )
+    assert _findings(lint) == _findings(lint, "--no-cache") == []
+    (project / "pkg" / "helpers.py").write_text(STEP_MODULE, encoding="utf-8")
+    cold = _findings(lint, "--no-cache")
+    assert [f["code"] for f in cold] == ["LC102"]
+    assert _findings(lint) == cold

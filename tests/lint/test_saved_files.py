@@ -5,8 +5,11 @@ writes as a pickled module, is still reported."""
 from __future__ import annotations
 
 import ast
+import json
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from loopcheck.lint.api import lint_paths
 from loopcheck.lint.saved_files import ProjectFiles, _Module, file_names, same_file, templates
@@ -175,3 +178,106 @@ def test_a_model_class_whose_state_dicts_the_project_saves(tmp_path: Path):
     # the encoder's state dicts are what training writes (through a tuple handed to a helper);
     # the library backbone's weights come from elsewhere
     assert _lc508_lines(root) == [("nets.py", 23)]
+
+
+# ---- what the project saves, kept file by file ----------------------------------------------------
+
+SAVING_PROJECT = {
+    "ckpt.py": """
+        import os
+        import torch
+
+        def save_state(state, folder, name):
+            torch.save(state, os.path.join(folder, name))
+    """,
+    "train.py": """
+        import torch
+        import export
+        from ckpt import save_state
+
+        def run(model, opt, folder):
+            save_state({"net": model.state_dict(), "opt": opt.state_dict()}, folder, "last.pth")
+            export.write_weights(model.state_dict(), folder, "weights.pt")
+            torch.save(model.state_dict(), "final.pt")
+    """,
+    "export.py": """
+        import torch
+
+        def export(model, out):
+            torch.save(model, out / "net-full.pt")
+    """,
+    "notes.py": """
+        # nothing here is saved
+        def describe(model):
+            return sum(p.numel() for p in model.parameters())
+    """,
+}
+
+HELPER = """
+def write_weights(sd, folder, name):
+    torch.save(sd, folder / name)
+"""
+
+# (what, file, edit of its text)
+SAVE_EDITS = [
+    ("a save added", "export.py", lambda t: t + "    torch.save(model.state_dict(), out / 'net-weights.pt')\n"),
+    ("a save removed", "train.py", lambda t: t.replace('torch.save(model.state_dict(), "final.pt")', "pass")),
+    ("a save helper added", "export.py", lambda t: t + HELPER),
+    ("a save helper removed", "ckpt.py", lambda t: t.replace("torch.save(state, os.path.join(folder, name))", "pass")),
+    ("a save helper renamed", "ckpt.py", lambda t: t.replace("def save_state(", "def store_state(")),
+    ("a call of a save helper renamed", "train.py", lambda t: t.replace("save_state(", "store_state(")),
+]
+
+
+def _saves_now(root: Path, store: object) -> tuple[object, str]:
+    """What the project saves and its digest, as a new process works it out (nothing in memory)."""
+    from loopcheck.lint import saved_files
+    from loopcheck.lint.project import parts_kept_in
+
+    saved_files._MODULES.clear()
+    with parts_kept_in(store):
+        value, digest, _ = saved_files.project_saves(Project([root]))
+    return value, digest
+
+
+@pytest.mark.parametrize("what,name,edit", SAVE_EDITS, ids=[e[0] for e in SAVE_EDITS])
+def test_what_the_project_saves_is_made_again_only_for_the_edited_file(tmp_path: Path, monkeypatch, what, name, edit):
+    from loopcheck.lint import saved_files
+    from loopcheck.lint.cache import Cache
+
+    root = _project(tmp_path, SAVING_PROJECT)
+    store = Cache(root).derived
+    before = _saves_now(root, store)
+    assert before == _saves_now(root, None)  # kept parts read back give what working them out gives
+    (root / name).write_text(edit((root / name).read_text()))
+    made: list[str] = []
+    calls: list[str] = []
+    direct, helper_calls = saved_files._direct_saves, saved_files._helper_calls
+    monkeypatch.setattr(saved_files, "_direct_saves", lambda m, path: made.append(Path(path).name) or direct(m, path))
+    monkeypatch.setattr(saved_files, "_helper_calls",
+                        lambda m, path, helpers: calls.append(Path(path).name) or helper_calls(m, path, helpers))
+    warm = _saves_now(root, store)
+    assert made in ([], [name])  # the other files' parts are read back (none left to make: it saves no more)
+    # ckpt.py names `save_state` alone: its calls are looked for again only when it changed
+    assert name == "ckpt.py" or "ckpt.py" not in calls
+    monkeypatch.undo()
+    assert warm == _saves_now(root, None), what
+    assert warm[1] != before[1], what
+
+
+def test_kept_parts_that_cannot_be_read_back_are_made_again(tmp_path: Path) -> None:
+    from loopcheck.lint.cache import Cache
+
+    root = _project(tmp_path, SAVING_PROJECT)
+    store = Cache(root).derived
+    cold = _saves_now(root, None)
+    assert _saves_now(root, store) == cold
+    parts = sorted(store.folder.rglob("*.json"))
+    assert len(parts) == 6  # three files save (in two helpers, `save_state` and `export`), three name a helper
+    garbage = [b"", b"\x00\xff", b'{"schema": 2}', b'{"schema": 2, "key": "x", "part": {}}']
+    for i, part in enumerate(parts):
+        doc = json.loads(part.read_text())
+        doc["part"] = {"saves": [["one", [], True, None, [], []]], "helpers": []} if i == 4 else None
+        part.write_bytes(garbage[i] if i < len(garbage) else json.dumps(doc).encode())
+    assert _saves_now(root, store) == cold
+    assert _saves_now(root, store) == cold  # written again
