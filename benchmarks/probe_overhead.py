@@ -21,9 +21,13 @@ thresholds first, so freed activations stay in the heap; both variants run under
 The last line gives the largest median ratio over the models, wall clock and CPU time, against
 the target of 1.03x. `--quick` (6 block pairs, one process per model) takes about two minutes.
 
+`--alternate` measures something narrower and steadier: inside one probe and one process per
+model, steps alternate between the probe looking and not (ABBA), each timed by the thread's CPU
+clock, and the difference of the two medians is the probe's cost per step in microseconds.
+
     python benchmarks/probe_overhead.py [--models mlp,vae,cnn,lstm,gpt,gan] [--blocks 12]
                                         [--processes 2] [--steps 20] [--threads 1] [--system-malloc]
-                                        [--quick]
+                                        [--quick] [--alternate]
 """
 
 from __future__ import annotations
@@ -128,6 +132,30 @@ def measure(args: argparse.Namespace) -> dict:
     }
 
 
+def alternate(args: argparse.Namespace) -> dict:
+    """One process, one model, one probe: steps alternate between the probe looking (`live`) and
+    not, in ABBA order, each timed by the thread's CPU clock; the per-step cost of the probe is the
+    difference of the medians. Drift of a shared machine and descheduling cancel out; what is
+    left is the probe's own work, the periodic reads included (steps are counted only while live)."""
+    fix_malloc_thresholds()
+    torch.set_num_threads(args.threads)
+    shape = build(args.models)
+    warnings.simplefilter("ignore")
+    for k in range(args.settle * 4):
+        shape.step(k)
+    looking: list[float] = []
+    not_looking: list[float] = []
+    with loopcheck.probe(shape.models, shape.optimizers, scheduler=shape.scheduler, summary=False) as probe:
+        for k in range(args.settle * 4, args.settle * 4 + 2 * args.blocks * args.steps):
+            live = k % 4 in (0, 3)
+            probe.live = live
+            start = time.thread_time()
+            shape.step(k)
+            (looking if live else not_looking).append(time.thread_time() - start)
+        probe.live = True
+    return {"on": statistics.median(looking), "off": statistics.median(not_looking)}
+
+
 def in_processes(args: argparse.Namespace, model: str) -> list[dict]:
     """Split one model's blocks over fresh processes, run one after the other."""
     blocks = math.ceil(args.blocks / args.processes)
@@ -160,6 +188,9 @@ def main() -> None:
                         help="leave glibc's malloc thresholds at their (adaptive) defaults")
     parser.add_argument("--quick", action="store_true",
                         help="6 block pairs in one process per model (about two minutes in all)")
+    parser.add_argument("--alternate", action="store_true",
+                        help="instead: per-step cost of the probe, steps alternating between the probe looking "
+                             "and not inside one probe and one process (blocks x steps steps of each)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -173,7 +204,22 @@ def main() -> None:
         parser.error(f"--models: unknown shape(s) {', '.join(unknown) or '(none given)'}; "
                      f"choose from {', '.join(SHAPES)}")
     if args.worker:
-        print(json.dumps(measure(args)))
+        print(json.dumps(alternate(args) if args.alternate else measure(args)))
+        return
+    if args.alternate:
+        print(f"per-step cost, steps alternating inside one probe ({args.blocks * args.steps} of each per model, "
+              f"thread CPU time, medians)")
+        for model in models:
+            command = [sys.executable, __file__, "--worker", "--alternate", "--models", model, "--blocks",
+                       str(args.blocks), "--steps", str(args.steps), "--settle", str(args.settle),
+                       "--threads", str(args.threads)]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                sys.exit(f"the benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
+            result = json.loads(done.stdout)
+            cost = result["on"] - result["off"]
+            print(f"{model:<6} step {result['off'] * 1e3:6.2f} ms  probe {cost * 1e6:+7.0f} us  "
+                  f"({result['on'] / result['off']:.3f}x)", flush=True)
         return
     print(f"{args.threads} thread(s), {args.blocks} x {args.steps} steps per variant and model, "
           f"{args.processes} process(es) per model")
