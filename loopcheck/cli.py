@@ -179,12 +179,16 @@ def run_command(
     module: bool = typer.Option(False, "-m", help="Run a module, as python -m does."),
     log: Path = typer.Option(Path("loopcheck-run.jsonl"), "--log", help="Where to write the probe's run log (JSONL)."),
     every: Optional[int] = typer.Option(None, "--every", min=1, help="Read device statistics every N optimizer steps."),
+    check_every: Optional[int] = typer.Option(
+        None, "--check-every", min=1,
+        help="Measure every gradient (norms, resets, graph marks) on one optimizer step in N (default 4; 1: every step).",
+    ),
     ignore: Optional[str] = typer.Option(None, "--ignore", help="LP codes or prefixes to leave out, comma-separated."),
 ) -> None:
     """Run a training script unchanged under the probe; print its findings when it ends."""
     from loopcheck.probe.run import run
 
-    options = {"every": every} if every is not None else {}
+    options = {name: value for name, value in (("every", every), ("check_every", check_every)) if value is not None}
     if ignore:
         options["ignore"] = [c for c in ignore.split(",") if c.strip()]
     raise typer.Exit(run(target, ctx.args, module=module, log=log, **options))

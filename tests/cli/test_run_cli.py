@@ -123,8 +123,11 @@ def test_missing_script_or_module_is_a_usage_error(project, capsys):
 
 def test_command_line_module_form(project):
     done = subprocess.run(
-        [sys.executable, "-m", "loopcheck", "run", "--log", "m.jsonl", "-m", "trainer.train", "--epochs", "3"],
+        [sys.executable, "-m", "loopcheck", "run", "--log", "m.jsonl", "--every", "8", "--check-every", "1",
+         "-m", "trainer.train", "--epochs", "3"],
         cwd=project, capture_output=True, text=True, timeout=180,
     )
     assert done.returncode == 0, done.stderr
     assert _codes(project / "m.jsonl") == ["LP301"]
+    header = json.loads((project / "m.jsonl").read_text().splitlines()[0])
+    assert header["options"]["every"] == 8 and header["options"]["check_every"] == 1
