@@ -21,11 +21,12 @@ a real project): the cold command line `loopcheck lint --no-cache --isolated` ag
 libcst parse of the same files with the same number of worker processes, interleaved, with the
 peak memory of the lint process; `--per-file` adds each file's check against its own parse
 (one process, the run's shared project), and `--edit-one` the re-lint after one file changes
-on a warm cache against the parse of that file alone (each edit made `--repeat` times).
+on a warm cache against the parse of that file alone (each edit made `--repeat` times), and
+`--warm` the cold command line against the same command on the unchanged tree with a warm cache.
 
     python benchmarks/lint_speed.py [--files 500] [--jobs N] [--repeat 5] [--select LC1]
     python benchmarks/lint_speed.py --single-lines 20000 [--repeat 3]
-    python benchmarks/lint_speed.py --tree /usr/lib/python3.11/email [--per-file] [--edit-one]
+    python benchmarks/lint_speed.py --tree /usr/lib/python3.11/email [--per-file] [--edit-one] [--warm]
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def copy_trees(trees: list[Path], scratch: Path) -> Path:
     return root
 
 
-def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: bool) -> None:
+def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: bool, warm: bool) -> None:
     files, _ = discover([root])
     lines = sum(f.read_bytes().count(b"\n") for f in files)
     parse_times: list[float] = []
@@ -221,6 +222,8 @@ def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: b
         worst_file(files)
     if edit_one:
         relint_one(root, files, jobs, repeat)
+    if warm:
+        warm_against_cold(root, jobs, repeat)
 
 
 def worst_file(files: list[Path]) -> None:
@@ -371,6 +374,7 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, nargs="+", help="measure these directories as they are")
     parser.add_argument("--per-file", action="store_true", help="with --tree: each file against its own parse")
     parser.add_argument("--edit-one", action="store_true", help="with --tree: re-lint after one file changes, warm cache")
+    parser.add_argument("--warm", action="store_true", help="with --tree: the command line cold against a warm cache")
     args = parser.parse_args()
     compile_loopcheck()
     if args.tree:
@@ -379,7 +383,7 @@ def main() -> None:
                 raise SystemExit(f"--tree {tree}: not a directory")
         with tempfile.TemporaryDirectory(prefix="loopcheck-tree-") as tmp:
             root = copy_trees(args.tree, Path(tmp))
-            measure_tree(root, args.jobs, args.repeat, args.per_file, args.edit_one)
+            measure_tree(root, args.jobs, args.repeat, args.per_file, args.edit_one, args.warm)
         return
     with tempfile.TemporaryDirectory(prefix="loopcheck-speed-") as tmp:
         root = Path(tmp)
