@@ -700,6 +700,21 @@ def test_nothing_is_guessed_for_unrelated_code() -> None:
     assert m.events == [] and all(loop.kind is LoopKind.OTHER for loop in m.walk_loops())
 
 
+def test_a_call_that_makes_or_fetches_a_network_is_not_a_forward_pass() -> None:
+    """A method named like a network (`*_model`) that builds or fetches one: the loop over saved
+    runs below publishes checkpoints, it evaluates nothing."""
+    m = model_of("""
+        def publish(store, ckpt_paths, registry):
+            for path in ckpt_paths:
+                folder = store.create_training_model(path)
+                registry.load_model(path)
+                folder.upload(path)
+            for name in ("a", "b"):
+                net = registry.net(name)
+    """)
+    assert [e.target for e in m.events if e.kind is K.FORWARD] == ["registry.net"]
+
+
 def test_wrappers_and_prepare_are_aliases_of_what_they_wrap() -> None:
     m = model_of("""
         import torch
