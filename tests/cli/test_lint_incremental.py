@@ -107,3 +107,34 @@ def test_a_new_module_a_file_now_reaches_makes_it_worth_analysing(lint, project)
     cold = _findings(lint, "--no-cache")
     assert [f["code"] for f in cold] == ["LC102"]
     assert _findings(lint) == cold
+
+
+# driver.py's loop calls `helpers.train_step(...)` of the module `from pkg import helpers` names
+_MODULE_DRIVER = DRIVER.replace("from steps import train_step", "from pkg import helpers").replace(
+    "            train_step(", "            helpers.train_step(")
+
+# (what, files before, the file written then, its text): what `from pkg import helpers` binds
+# changes between the module `pkg/helpers.py` and something `pkg/__init__.py` binds to the name
+_MODULE_OR_NOT = [
+    ("the module created", {"pkg/__init__.py": ""}, "pkg/helpers.py", STEP_MODULE),
+    ("__init__ stops binding the name", {"pkg/__init__.py": "helpers = None\n", "pkg/helpers.py": STEP_MODULE},
+     "pkg/__init__.py", "VERSION = 1\n"),
+    ("__init__ defines a function of the name", {"pkg/__init__.py": "VERSION = 1\n", "pkg/helpers.py": STEP_MODULE},
+     "pkg/__init__.py", "VERSION = 1\n\n\ndef helpers():\n    return None\n"),
+    ("__init__ re-exports another module under the name",
+     {"pkg/__init__.py": "from . import impl\n", "pkg/helpers.py": "", "pkg/impl.py": STEP_MODULE},
+     "pkg/__init__.py", "from . import impl as helpers\n"),
+]
+
+
+@pytest.mark.parametrize("what,before,written,text", _MODULE_OR_NOT, ids=[c[0] for c in _MODULE_OR_NOT])
+def test_what_a_package_import_binds_is_followed_after_edits(lint, project, what, before, written, text):
+    for name, body in {"driver.py": _MODULE_DRIVER, **before}.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(body, encoding="utf-8")
+    first = _findings(lint)
+    assert first == _findings(lint, "--no-cache")
+    (project / written).write_text(text, encoding="utf-8")
+    cold = _findings(lint, "--no-cache")
+    assert any(f["code"] == "LC102" for f in first + cold) and (first == []) != (cold == [])
+    assert _findings(lint) == cold, what

@@ -556,6 +556,124 @@ def test_cross_file_imports_through_the_project_index(tmp_path: Path) -> None:
     assert save.detail["state_of"] == frozenset({"net", "opt"})
 
 
+# A step helper with its reset, backward and step, in a module of a package (`pkg/helpers.py`)
+_HELPER_STEP = """
+    def train_step(model, batch, optimizer):
+        optimizer.zero_grad()
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+"""
+
+# The caller's loop, where `{alias}.train_step(...)` runs the helper of the module named `{alias}`
+_CALLER = """
+    import torch
+    {imports}
+
+    def main(net, loader):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for epoch in range(3):
+            for batch in loader:
+                {alias}.train_step(net, batch, opt)
+"""
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text))
+
+
+def _caller_model(root: Path, driver: str) -> ModuleModel:
+    path = root / driver
+    return build_model(str(path), cst.parse_module(path.read_text()), project=ProjectIndex([root]))
+
+
+# (layout, files, the driver, the module its call reaches): a module imported from its package
+_MODULE_FROM_PACKAGE = [
+    ("from pkg import helpers", {
+        "pkg/__init__.py": "VERSION = '1.0'\n",
+        "pkg/helpers.py": _HELPER_STEP,
+        "train.py": _CALLER.format(imports="from pkg import helpers", alias="helpers"),
+    }, "train.py", "pkg/helpers.py"),
+    ("from . import helpers", {
+        "pkg/__init__.py": "",
+        "pkg/helpers.py": _HELPER_STEP,
+        "pkg/train.py": _CALLER.format(imports="from . import helpers", alias="helpers"),
+    }, "pkg/train.py", "pkg/helpers.py"),
+    ("from .. import engine", {
+        "pkg/__init__.py": "",
+        "pkg/engine.py": _HELPER_STEP,
+        "pkg/tools/__init__.py": "",
+        "pkg/tools/train.py": _CALLER.format(imports="from .. import engine", alias="engine"),
+    }, "pkg/tools/train.py", "pkg/engine.py"),
+    ("__init__ imports the module itself", {
+        "pkg/__init__.py": "from . import helpers\n",
+        "pkg/helpers.py": _HELPER_STEP,
+        "train.py": _CALLER.format(imports="from pkg import helpers", alias="helpers"),
+    }, "train.py", "pkg/helpers.py"),
+    ("__init__ re-exports the module under the name", {
+        "pkg/__init__.py": "from .impl import helpers\n",
+        "pkg/impl/__init__.py": "",
+        "pkg/impl/helpers.py": _HELPER_STEP,
+        "train.py": _CALLER.format(imports="from pkg import helpers", alias="helpers"),
+    }, "train.py", "pkg/impl/helpers.py"),
+    ("the helper module imports its caller back", {
+        "pkg/__init__.py": "",
+        "pkg/helpers.py": "from train import main\n" + textwrap.dedent(_HELPER_STEP),
+        "train.py": _CALLER.format(imports="from pkg import helpers", alias="helpers"),
+    }, "train.py", "pkg/helpers.py"),
+]
+
+
+@pytest.mark.parametrize("layout,files,driver,reached", _MODULE_FROM_PACKAGE, ids=[c[0] for c in _MODULE_FROM_PACKAGE])
+def test_a_module_imported_from_its_package_is_followed(tmp_path: Path, layout, files, driver, reached) -> None:
+    _write_tree(tmp_path, files)
+    m = _caller_model(tmp_path, driver)
+    batch = only_loop(m, LoopKind.BATCH)
+    assert kinds(batch.traces[0]) == [("zero_grad", "opt"), ("forward", "net"), ("backward", "loss"), ("step", "opt")]
+    assert {e.path for e in batch.traces[0]} == {str(tmp_path / reached)}
+    assert batch.traces[0][0].via[0].path == str(tmp_path / driver)
+
+
+def test_a_function_re_exported_by_a_package_is_followed(tmp_path: Path) -> None:
+    _write_tree(tmp_path, {
+        "pkg/__init__.py": "from .helpers import train_step\n",
+        "pkg/helpers.py": _HELPER_STEP,
+        "train.py": _CALLER.replace("{alias}.", "").format(imports="from pkg import train_step"),
+    })
+    batch = only_loop(_caller_model(tmp_path, "train.py"), LoopKind.BATCH)
+    assert {e.path for e in batch.traces[0]} == {str(tmp_path / "pkg" / "helpers.py")}
+
+
+# (what `pkg/__init__.py` binds to the name, or what the name resolves to): not the module
+# `pkg/helpers.py` beside it, whose step the caller's loop must not receive
+_NOT_THE_MODULE = [
+    ("a function of __init__", {"pkg/__init__.py": "def helpers():\n    return None\n"}, "from pkg import helpers"),
+    ("a variable of __init__", {"pkg/__init__.py": "import types\nhelpers = types.SimpleNamespace()\n"},
+     "from pkg import helpers"),
+    ("a class of __init__", {"pkg/__init__.py": "class helpers:\n    pass\n"}, "from pkg import helpers"),
+    ("a name bound in an if of __init__", {"pkg/__init__.py": "import os\nif os.name == 'nt':\n    helpers = None\n"
+                                                              "else:\n    helpers = object()\n"},
+     "from pkg import helpers"),
+    ("nothing in the project", {"pkg/__init__.py": ""}, "from pkg import missing as helpers"),
+    ("a package that is not there", {}, "from nowhere import helpers"),
+    ("a relative import above the root", {"pkg/__init__.py": ""}, "from ... import helpers"),
+    # (Python would end the cycle at the submodule: here an empty one, with nothing to follow)
+    ("a cycle of re-exports", {"pkg/__init__.py": "from .a import helpers\n", "pkg/a.py": "from pkg import helpers\n",
+                               "pkg/helpers.py": "# nothing here\n"}, "from pkg import helpers"),
+]
+
+
+@pytest.mark.parametrize("what,files,imports", _NOT_THE_MODULE, ids=[c[0] for c in _NOT_THE_MODULE])
+def test_a_name_that_is_not_the_module_is_not_followed_into_it(tmp_path: Path, what, files, imports) -> None:
+    _write_tree(tmp_path, {"pkg/helpers.py": _HELPER_STEP, **files,
+                           "train.py": _CALLER.format(imports=imports, alias="helpers")})
+    m = _caller_model(tmp_path, "train.py")
+    assert not [e for e in m.events if e.path != str(tmp_path / "train.py")]
+    assert not [loop for loop in m.walk_loops() if loop.kind is LoopKind.BATCH]
+
+
 def test_recursion_and_depth_are_bounded() -> None:
     m = model_of("""
         def a(model, n):
@@ -580,6 +698,21 @@ def test_nothing_is_guessed_for_unrelated_code() -> None:
             print(item.step())
     """)
     assert m.events == [] and all(loop.kind is LoopKind.OTHER for loop in m.walk_loops())
+
+
+def test_a_call_that_makes_or_fetches_a_network_is_not_a_forward_pass() -> None:
+    """A method named like a network (`*_model`) that builds or fetches one: the loop over saved
+    runs below publishes checkpoints, it evaluates nothing."""
+    m = model_of("""
+        def publish(store, ckpt_paths, registry):
+            for path in ckpt_paths:
+                folder = store.create_training_model(path)
+                registry.load_model(path)
+                folder.upload(path)
+            for name in ("a", "b"):
+                net = registry.net(name)
+    """)
+    assert [e.target for e in m.events if e.kind is K.FORWARD] == ["registry.net"]
 
 
 def test_wrappers_and_prepare_are_aliases_of_what_they_wrap() -> None:

@@ -3,6 +3,8 @@ methods is `torch_api.METHOD_EVENTS`)."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from loopcheck.lint.syntax import child_nodes
@@ -451,7 +453,12 @@ def _library_call(func: cst.Name | cst.Attribute, unit) -> bool:
     if type(func) is cst.Attribute and type(root) is cst.Name and root.value in unit.imports:
         return True
     last = func.attr.value if type(func) is cst.Attribute else func.value
-    return "unwrap" in last or last in WRAPPERS
+    return "unwrap" in last or last in WRAPPERS or bool(_MAKES_OR_FETCHES.match(last))
+
+
+# `hub.create_model(name)`, `self.build_model(cfg)`, `store.load_model(path)`: a function named
+# like a network that makes or fetches one, not a forward pass of it
+_MAKES_OR_FETCHES = re.compile(r"_?(create|build|make|load|get|init|setup|fetch|download|restore)_\w+$")
 
 
 def _moved(call: cst.Call) -> bool:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import Role
-from loopcheck.lint.loopmodel.nodes import _ATOMS, _dotted, _walk_statements
+from loopcheck.lint.loopmodel.nodes import _ATOMS, _dotted, _target_names, _walk_statements
 from loopcheck.lint.loopmodel.torch_api import EMA_CLASSES, OPTIMIZER_CLASSES, SCHEDULER_CLASSES, _EMA_RE
 from loopcheck.lint.summary import MODULE_PART
 
@@ -302,22 +302,57 @@ class _Unit:
             self._units[key] = self.builder.load_unit(self.path, module, level)
         return self._units[key]
 
-    def imported(self, name: str) -> tuple["_Unit", str | None] | None:
-        """(unit, attribute) for a local name imported from a project module."""
+    def imported(self, name: str, seen: frozenset[int] = frozenset()) -> tuple["_Unit", str | None] | None:
+        """(unit, attribute) for a local name imported from a project module; (unit, None) when
+        the name is the module itself.
+
+        `from package import name`, as Python binds it: what the package's `__init__` binds to
+        `name` (a function, class or value it defines there, or what it imports under that name,
+        followed), else the submodule `package/name`. `seen`: the units asked on the way (a
+        cycle of re-exports resolves to nothing)."""
         entry = self.local_imports.get(name)
-        if entry is None:
+        if entry is None or id(self) in seen:
             return None
         module, attr, level = entry
-        if attr is None:
-            unit = self.unit_for(module, level)
-            return (unit, None) if unit is not None else None
         unit = self.unit_for(module, level)
+        if attr is None:
+            return (unit, None) if unit is not None else None
         if unit is not None:
-            return unit, attr
+            if attr in unit.local_imports:
+                return unit.imported(attr, seen | {id(self)})
+            if attr in unit.functions or attr in unit.classes or attr in unit.assigned:
+                return unit, attr
         # `from package import module`
         sub = f"{module}.{attr}" if module else attr
-        unit = self.unit_for(sub, level)
-        return (unit, None) if unit is not None else None
+        found = self.unit_for(sub, level)
+        if found is not None:
+            return found, None
+        return (unit, attr) if unit is not None else None
+
+    @cached_property
+    def assigned(self) -> frozenset[str]:
+        """Names the module's top-level statements bind other than by `def`, `class` or import
+        (assignments, `for` and `with` targets, definitions under `if` or `try`)."""
+        found: set[str] = set()
+        for stmt in self.module.body:
+            for inner in _walk_statements(stmt):
+                kind = type(inner)
+                if kind in (cst.FunctionDef, cst.ClassDef) and inner is not stmt:
+                    found.add(inner.name.value)  # type: ignore[attr-defined]
+                elif kind is cst.For:
+                    found.update(_target_names(inner.target))  # type: ignore[attr-defined]
+                elif kind is cst.With:
+                    for item in inner.items:  # type: ignore[attr-defined]
+                        if item.asname is not None:
+                            found.update(_target_names(item.asname.name))
+                elif kind is cst.SimpleStatementLine:
+                    for small in inner.body:  # type: ignore[attr-defined]
+                        if type(small) is cst.Assign:
+                            for t in small.targets:
+                                found.update(_target_names(t.target))
+                        elif type(small) in (cst.AnnAssign, cst.AugAssign):
+                            found.update(_target_names(small.target))  # type: ignore[attr-defined]
+        return frozenset(found)
 
     def lookup_class(self, dotted: str) -> _Class | None:
         if dotted in self.classes:
