@@ -356,7 +356,16 @@ class _Run:
         for f in todo + here:
             union |= configs[f].enabled_codes
         promise = not (self.opts.fix or self.opts.diff)
-        results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise, cache))
+        reported_into: set[str] = set()
+        results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise, cache, reported_into))
+        # A file whose kept result was used may have gained an importer that reports into it:
+        # its result is made again (the analyses just made are kept, so this costs little).
+        stale = [f for f in outcomes if f in data and os.path.realpath(f) in reported_into]
+        if stale:
+            for f in stale:
+                del outcomes[f]
+            again = set().union(*(configs[f].enabled_codes for f in stale))
+            results += list(_check_files(stale, EnabledCodes(again), self.opts.jobs, promise, cache))
         for f in here:
             results.append((f, _check_one((str(f), EnabledCodes(union), data[f], self.opts.stdin_filename is not None))))
         for f, result in results:
@@ -638,15 +647,16 @@ def _check_one(args: tuple) -> Any:
 
 
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None,
-                 promise_fixes: bool = False, store: Any = None) -> Iterable[tuple[Path, Any]]:
+                 promise_fixes: bool = False, store: Any = None,
+                 reported_into: set[str] | None = None) -> Iterable[tuple[Path, Any]]:
     """Engine results of each file: the Python files in one run of the engine (each analysed
     once, in parallel processes when there are enough, or taken from `store` where still
-    valid), notebooks one by one."""
+    valid), notebooks one by one. `reported_into`: see `engine.check_files`."""
     from loopcheck.lint.engine import check_files
     from loopcheck.lint.notebook import is_notebook
 
     scripts = [f for f in files if not is_notebook(str(f))]
     results = dict(zip(scripts, check_files(scripts, enabled=enabled, jobs=jobs, promise_fixes=promise_fixes,
-                                            store=store)))
+                                            store=store, reported_into=reported_into)))
     for f in files:
         yield f, results[f] if f in results else _check_one((str(f), enabled))

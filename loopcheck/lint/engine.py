@@ -587,7 +587,7 @@ class AnalysisStore(Protocol):
 
 def check_files(
     files: Sequence[str | Path], *, enabled: Callable[[str], bool] = _everything, jobs: int | None = None,
-    promise_fixes: bool = False, store: AnalysisStore | None = None,
+    promise_fixes: bool = False, store: AnalysisStore | None = None, reported_into: set[str] | None = None,
 ) -> list[FileResult]:
     """Results of each file, in the files' order whatever the parallelism.
 
@@ -602,7 +602,10 @@ def check_files(
     which is cheap where its project is already parsed.
 
     `store`: analyses kept from earlier runs are reused while valid, and new ones are kept there;
-    each result then lists in `consulted` every file it depends on besides its own."""
+    each result then lists in `consulted` every file it depends on besides its own.
+
+    `reported_into`: filled with the files outside `files` (real paths) that the analyses reported
+    findings into: a result of one of them kept from an earlier run may lack them (a new importer)."""
     _PROJECTS.clear()  # a new run: nothing kept from an earlier one (pool workers start from here)
     if not files:
         return []
@@ -617,6 +620,8 @@ def check_files(
     for analysis in analyses:
         for f in analysis.findings:
             located.setdefault(os.path.realpath(f.path or analysis.path), []).append(f)
+    if reported_into is not None:
+        reported_into.update(set(located) - {os.path.realpath(n) for n in names})
     results = []
     for name, analysis in zip(names, analyses):
         result = FileResult(name, errors=analysis.errors, skipped=analysis.skipped,

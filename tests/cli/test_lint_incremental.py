@@ -138,3 +138,19 @@ def test_what_a_package_import_binds_is_followed_after_edits(lint, project, what
     cold = _findings(lint, "--no-cache")
     assert any(f["code"] == "LC102" for f in first + cold) and (first == []) != (cold == [])
     assert _findings(lint) == cold, what
+
+
+def test_a_module_that_gains_an_importer_gets_the_findings_its_new_caller_reports_into_it(lint, project):
+    """pkg/impl.py existed, imported by nothing; driver.py switches its import to it: the finding
+    driver.py's loop model makes in the step of impl.py is located in impl.py, whose own stored
+    result knew no importer."""
+    (project / "pkg").mkdir()
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "helpers.py").write_text("def train_step(*args):\n    pass\n", encoding="utf-8")
+    (project / "pkg" / "impl.py").write_text(STEP_MODULE, encoding="utf-8")
+    (project / "driver.py").write_text(_DRIVER, encoding="utf-8")
+    assert _findings(lint) == _findings(lint, "--no-cache")
+    (project / "driver.py").write_text(_DRIVER.replace("pkg.helpers", "pkg.impl"), encoding="utf-8")
+    cold = _findings(lint, "--no-cache")
+    assert [(Path(f["path"]).name, f["code"]) for f in cold] == [("impl.py", "LC102")]
+    assert _findings(lint) == cold
