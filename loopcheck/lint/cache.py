@@ -83,6 +83,7 @@ def _salt() -> str:
 class Entry:
     findings: list[Finding]
     errors: list[FileError]
+    depends_on: tuple[str, ...] = ()  # the other files the results depend on (their hashes checked)
 
 
 _LOADS = re.compile(rb"\bload\b")
@@ -168,6 +169,7 @@ class Cache:
             entry = Entry(
                 findings=[_finding_from_json(d) for d in raw["findings"]],
                 errors=[FileError(e["path"], e["line"], e["message"], e.get("code"), e.get("column")) for e in raw["errors"]],
+                depends_on=tuple(deps),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return self._miss()

@@ -335,6 +335,7 @@ class _Run:
         outcomes: dict[Path, FileOutcome] = {}
         data: dict[Path, bytes] = {}
         todo: list[Path] = []
+        kept: dict[Path, tuple[str, ...]] = {}  # files whose kept result is used: what it depends on
         here: list[Path] = []  # checked in this process: standard input
         for f in files:
             if stdin is not None and f == stdin:
@@ -350,17 +351,19 @@ class _Run:
                 entry = cache.get(f, data[f], self.cache_key(configs[f]))
                 if entry is not None:
                     outcomes[f] = FileOutcome(entry.findings, entry.errors)
+                    kept[f] = entry.depends_on
                     continue
             todo.append(f)
         union: set[str] = set()
         for f in todo + here:
             union |= configs[f].enabled_codes
         promise = not (self.opts.fix or self.opts.diff)
-        reported_into: set[str] = set()
+        reported_into: dict[str, set[str]] = {}
         results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise, cache, reported_into))
-        # A file whose kept result was used may have gained an importer that reports into it:
-        # its result is made again (the analyses just made are kept, so this costs little).
-        stale = [f for f in outcomes if f in data and os.path.realpath(f) in reported_into]
+        # A file whose kept result was used may have gained an importer that reports into it: its
+        # result is made again (the analyses just made are kept, so this costs little).
+        stale = [f for f, deps in kept.items()
+                 if reported_into.get(os.path.realpath(f), set()) - {os.path.realpath(d) for d in deps}]
         if stale:
             for f in stale:
                 del outcomes[f]
@@ -648,7 +651,7 @@ def _check_one(args: tuple) -> Any:
 
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None,
                  promise_fixes: bool = False, store: Any = None,
-                 reported_into: set[str] | None = None) -> Iterable[tuple[Path, Any]]:
+                 reported_into: dict[str, set[str]] | None = None) -> Iterable[tuple[Path, Any]]:
     """Engine results of each file: the Python files in one run of the engine (each analysed
     once, in parallel processes when there are enough, or taken from `store` where still
     valid), notebooks one by one. `reported_into`: see `engine.check_files`."""

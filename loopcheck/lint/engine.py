@@ -587,7 +587,8 @@ class AnalysisStore(Protocol):
 
 def check_files(
     files: Sequence[str | Path], *, enabled: Callable[[str], bool] = _everything, jobs: int | None = None,
-    promise_fixes: bool = False, store: AnalysisStore | None = None, reported_into: set[str] | None = None,
+    promise_fixes: bool = False, store: AnalysisStore | None = None,
+    reported_into: dict[str, set[str]] | None = None,
 ) -> list[FileResult]:
     """Results of each file, in the files' order whatever the parallelism.
 
@@ -604,8 +605,9 @@ def check_files(
     `store`: analyses kept from earlier runs are reused while valid, and new ones are kept there;
     each result then lists in `consulted` every file it depends on besides its own.
 
-    `reported_into`: filled with the files outside `files` (real paths) that the analyses reported
-    findings into: a result of one of them kept from an earlier run may lack them (a new importer)."""
+    `reported_into`: filled, for each file outside `files` (real path) that the analyses of other
+    files reported findings into, with those files: a result of it kept from an earlier run lacks
+    what a file it did not depend on reports (a new importer)."""
     _PROJECTS.clear()  # a new run: nothing kept from an earlier one (pool workers start from here)
     if not files:
         return []
@@ -617,11 +619,14 @@ def check_files(
     with parts_kept_in(getattr(store, "derived", None)):  # the lint cache keeps derived facts by file
         analyses = _analyses(tasks, enabled, jobs, store)
     located: dict[str, list[Finding]] = {}
+    listed = {os.path.realpath(n) for n in names}
     for analysis in analyses:
+        own = os.path.realpath(analysis.path)
         for f in analysis.findings:
-            located.setdefault(os.path.realpath(f.path or analysis.path), []).append(f)
-    if reported_into is not None:
-        reported_into.update(set(located) - {os.path.realpath(n) for n in names})
+            where = os.path.realpath(f.path or analysis.path)
+            located.setdefault(where, []).append(f)
+            if reported_into is not None and where != own and where not in listed:
+                reported_into.setdefault(where, set()).add(own)
     results = []
     for name, analysis in zip(names, analyses):
         result = FileResult(name, errors=analysis.errors, skipped=analysis.skipped,
