@@ -17,9 +17,9 @@ class ProbeConfig:
     # How often (in optimizer steps) device statistics are read, checks run and metrics logged.
     every: int = 20
     # The checks that need not look at every step run on one optimizer step in `check_every` (and
-    # on each of the first steps): exact gradient norms (LP101/LP102, and a non-finite gradient
-    # under a finite loss, else found at the next step's loss), gradient-reset tracking (LP403)
-    # and graph marks (LP202). The loss, modes, LR and data wait are looked at every step.
+    # on each of the first steps): exact gradient norms (LP101/LP102; NaN/Inf is looked for in the
+    # small gradients at every step), gradient-reset tracking (LP403) and graph marks (LP202). The
+    # loss, modes, LR and data wait are looked at every step.
     check_every: int = 4
     # Robust rolling level (median / MAD) for gradient-norm and loss spikes, in measurements (the
     # loss is measured at every step, gradient norms at the steps `check_every` picks).

@@ -815,13 +815,13 @@ class StepRecord(NamedTuple):
 
 
 class StepNorms(NamedTuple):
-    """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`), or values
-    only as finite as the gradients (`Probe.grad_checks`)."""
+    """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`), or those
+    of its small gradients only (`Probe.grad_checks`)."""
 
-    values: list[torch.Tensor]  # 0-d tensors on the device
+    values: list[torch.Tensor]  # float32 0-d tensors on the device
     positions: list[int]  # the positions in `opt_params[i]` they cover
     read: slice  # where they sit in `Probe.readings`
-    exact: bool  # norms (float32), not only finiteness checks
+    exact: bool  # every gradient's norm (not only the small gradients')
 
 
 def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:

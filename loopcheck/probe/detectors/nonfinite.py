@@ -9,8 +9,8 @@ torch's dense layers and normalisations are not reduced but judged by their para
 `loopcheck.probe.layers`); with `backward_hooks`, a tensor hook on each output does the same for
 its gradient. At the optimizer step these numbers join the probe's queue of device values
 (`Probe.readings`), next to the loss and the gradients' values (`Probe.grad_checks`: every
-gradient's norm on a watched step, the small gradients' on the others), and the probe's sentinel looks at the step's values at once on the CPU (two steps later
-on CUDA). Only when something is non-finite does the detector walk them, in execution order, to
+gradient's norm on a watched step, the small gradients' on the others), and the probe's sentinel
+looks at the step's values at once on the CPU (two steps later on CUDA). Only when something is non-finite does the detector walk them, in execution order, to
 name the module (forward), the module whose gradient became non-finite (backward) or the loss.
 The dense layers' parameters are checked then, on the CPU before the step's update, so they still
 hold the values the forward pass used; on an accelerator, where the verdict comes after updates,
@@ -361,12 +361,12 @@ class NonFiniteDetector(Detector):
                         deferred = self._deferred
                         if self._last is not _dead and self._repeat(output, _version(output), True) is not None:
                             if deferred and deferred[-1][0] == len(self._fwd) - 1:
-                                deferred.append((len(self._fwd), output, output._version))
+                                deferred.append((len(self._fwd), output, _version(output)))
                             self._fwd.append(self._fwd[-1])
                         elif not self._eager_state and torch.is_grad_enabled():
                             # a training forward on the CPU: reduced at its backward, with the
                             # probe's other work there, rather than as the first op after the model's
-                            deferred.append((len(self._fwd), output, output._version))
+                            deferred.append((len(self._fwd), output, _version(output)))
                             self._fwd.append(output)
                         else:
                             self._fwd.append(finite_probe_value(output))
@@ -414,7 +414,7 @@ class NonFiniteDetector(Detector):
         for k, t, version in self._deferred:
             value = done.get(id(t))
             if value is None:
-                value = done[id(t)] = finite_probe_value(t) if t._version == version else _UNJUDGED
+                value = done[id(t)] = finite_probe_value(t) if _version(t) == version else _UNJUDGED
             fwd[k] = value
         self._deferred = []
 
