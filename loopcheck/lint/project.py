@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.source_text import SourceText
-from loopcheck.lint.summary import ModuleSummary, module_parts, summarize, summary_of
+from loopcheck.lint.summary import ModuleSummary, in_use, module_parts, summarize, summary_of
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
     import libcst as cst
@@ -746,17 +746,11 @@ _MISSING = object()
 _PARTS: list[Any] = []  # where the parts of derived facts outlive a process (`parts_kept_in`), if anywhere
 
 
-@contextmanager
-def parts_kept_in(store: Any) -> Iterator[None]:
+def parts_kept_in(store: Any) -> Any:
     """Keep the parts of derived facts (`Project.derived_part`) in `store` meanwhile (`get(key)`:
     the part kept, or None; `put(key, part)`), in this process and in the worker processes it
     forks; None: in memory only."""
-    old = list(_PARTS)
-    _PARTS[:] = [store] if store is not None else []
-    try:
-        yield
-    finally:
-        _PARTS[:] = old
+    return in_use(_PARTS, store)
 
 
 def _derive(name: str, project: "Project") -> tuple[Any, str, list[str]]:

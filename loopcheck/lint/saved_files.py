@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from loopcheck.lint.loopmodel.torch_api import SAVE_RECEIVERS
+from loopcheck.lint.summary import content_digest
 
 _HOLE = "{}"
 _MAX = 24  # templates kept per expression
@@ -763,7 +764,7 @@ def _content(project: Any, name: str) -> _Content | None:
         data = project.read(Path(name))
     except OSError:
         return None
-    return _Content(stamp, data, hashlib.sha256(data).hexdigest()[:32])
+    return _Content(stamp, data, content_digest(data))
 
 
 def project_saves(project: Any) -> tuple[tuple[list[SavedFile], dict[str, list[_Helper]]], str, list[str]]:

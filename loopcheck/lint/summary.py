@@ -18,7 +18,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class SummaryStore:
         self._writable = True
 
     def summary(self, source: bytes, path: str) -> ModuleSummary | None:
-        digest = hashlib.sha256(source).hexdigest()[:32]
+        digest = content_digest(source)
         entry = self.folder / digest[:2] / f"{digest}.json"
         try:
             raw = json.loads(entry.read_text(encoding="utf-8"))
@@ -144,15 +144,26 @@ _STORE: list[SummaryStore] = []
 
 
 @contextmanager
-def stored_in(folder: Path | None, prepare: "Callable[[Path], None] | None" = None) -> Iterator[None]:
-    """Keep summaries in `folder` meanwhile (None: in memory only), in this process and in the
-    worker processes it forks."""
-    old = list(_STORE)
-    _STORE[:] = [SummaryStore(folder, prepare)] if folder is not None else []
+def in_use(slot: list[Any], value: Any) -> Iterator[None]:
+    """Put `value` in the one-item list `slot` meanwhile (None: leave it empty), for this process
+    and the worker processes it forks: where a store of the lint cache is found while a run lasts."""
+    old = list(slot)
+    slot[:] = [value] if value is not None else []
     try:
         yield
     finally:
-        _STORE[:] = old
+        slot[:] = old
+
+
+def stored_in(folder: Path | None, prepare: "Callable[[Path], None] | None" = None) -> Any:
+    """Keep summaries in `folder` meanwhile (None: in memory only), in this process and in the
+    worker processes it forks."""
+    return in_use(_STORE, SummaryStore(folder, prepare) if folder is not None else None)
+
+
+def content_digest(source: bytes) -> str:
+    """The digest a file's content is kept by (summaries, parts of derived facts)."""
+    return hashlib.sha256(source).hexdigest()[:32]
 
 
 def summary_of(source: bytes, path: str) -> ModuleSummary | None:

@@ -600,10 +600,7 @@ class Probe:
             positions = self._all_positions[i]
         else:
             positions = [j for j, g in enumerate(every) if g is not None and not g.is_sparse]
-        norms = fused_norms(grads) if grads else []
-        result = StepNorms(norms, positions, self.readings.add(norms), True)
-        self._norms[i] = (self._serial, result)
-        return result
+        return self._queue_norms(i, grads, positions, exact=True)
 
     def grad_checks(self, i: int) -> "StepNorms":
         """Values of optimizer `i`'s gradients at this step that are NaN/Inf when a gradient is.
@@ -626,8 +623,12 @@ class Probe:
             if g is not None and not g.is_sparse:
                 positions.append(j)
                 grads.append(g)
-        values = fused_norms(grads) if grads else []
-        result = StepNorms(values, positions, self.readings.add(values), False)
+        return self._queue_norms(i, grads, positions, exact=False)
+
+    def _queue_norms(self, i: int, grads: list[torch.Tensor], positions: list[int], exact: bool) -> "StepNorms":
+        """The norms of `grads` (one fused call), queued in `readings`: this step's, until the next."""
+        norms = fused_norms(grads) if grads else []
+        result = StepNorms(norms, positions, self.readings.add(norms), exact)
         self._norms[i] = (self._serial, result)
         return result
 
