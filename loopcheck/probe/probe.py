@@ -114,6 +114,7 @@ class Probe:
         self._before_step: list[Callable[[], None]] = []  # deferred until step(closure) ran the closure
         self._discovery: Any = None
         self._detector_classes = list(detectors) if detectors is not None else default_detectors()
+        self._lean = False  # see `_set_lean`
         self._new_detectors()
 
     def _set_objects(self, wrappers: list[nn.Module], optimizers: list[Optimizer], schedulers: list[Any],
@@ -158,6 +159,7 @@ class Probe:
             scaler if scaler is not None else self.scaler,
         )
         self._applied = [applied.get(id(o), 0) for o in self.optimizers]
+        self._set_lean()
         self._norms.clear()
         self.step_loss.clear()
         self.loss_read.clear()
@@ -293,7 +295,7 @@ class Probe:
     def _install(self) -> None:
         self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(nn.Module, "train", self._wrap_train)
-        if self._calls["on_zero_grad"]:  # no default detector needs it: a reset shows in `.grad` itself
+        if self._full_calls["on_zero_grad"]:  # no default detector needs it: a reset shows in `.grad` itself
             self._patch(nn.Module, "zero_grad", self._wrap_module_zero_grad)
         self._patch(nn.Module, "__getstate__", _wrap_getstate)
         self._install_objects()
@@ -307,9 +309,9 @@ class Probe:
             done.add(id(root))
             # A hook nobody listens to still costs every forward pass. Hooks find their model's
             # index at call time: `watch` may renumber the models.
-            if self._calls["on_forward_pre"]:
+            if self._full_calls["on_forward_pre"]:
                 hooks.enter_context(root.register_forward_pre_hook(self._forward_pre_hook(root)))
-            if self._calls["on_forward"]:
+            if self._full_calls["on_forward"]:
                 hooks.enter_context(root.register_forward_hook(self._forward_hook(root)))
         for opt in self.optimizers:
             if id(opt) in done:
@@ -318,7 +320,7 @@ class Probe:
             hooks.enter_context(opt.register_step_pre_hook(self._step_pre_hook(opt)))
             hooks.enter_context(opt.register_step_post_hook(self._step_post_hook(opt)))
         patches = [(type(o), "zero_grad", self._wrap_opt_zero_grad) for o in self.optimizers
-                   if self._calls["on_zero_grad"]]
+                   if self._full_calls["on_zero_grad"]]
         patches += [(type(s), "step", self._wrap_sched_step) for s in self.schedulers]
         if self.scaler is not None:
             patches += [(type(self.scaler), "step", self._wrap_scaler_step),
@@ -452,6 +454,7 @@ class Probe:
             self._applied[i] += 1
             if i == 0:
                 self.step += 1
+            self._set_lean()
             self._dispatch("on_step" if i == 0 else "on_step_others", i, optimizer)
             if i == 0 and self.step % self.config.every == 0:
                 self._sample(final=False)
@@ -680,9 +683,27 @@ class Probe:
                     calls[name].append((det, getattr(det, name)))
         # The steps of the other optimizers go only to the detectors that count them too.
         calls["on_step_others"] = [(det, fn) for det, fn in calls["on_step"] if not det.first_optimizer_steps]
-        # A new mapping, not an update: a dispatch running now keeps the tuple it started with.
-        self._calls = {name: tuple(pairs) for name, pairs in calls.items()}
+        # New mappings, not updates: a dispatch running now keeps the tuple it started with.
+        self._full_calls = {name: tuple(pairs) for name, pairs in calls.items()}
+        self._lean_calls = {name: tuple((det, fn) for det, fn in pairs if name not in det.watched_only)
+                            for name, pairs in self._full_calls.items()}
+        self._calls = self._lean_calls if self._lean else self._full_calls
         self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
+
+    def _set_lean(self) -> None:
+        """Between two steps that neither the sampled checks look at nor precede a sample (see
+        `watched`), the hook methods that matter only on those steps (`Detector.watched_only`) are
+        not called at all: most steps then cost only the checks that look at every step."""
+        applied, every, check = self._applied, self.config.every, self.config.check_every
+        lean = bool(applied)
+        for n in applied:
+            n += 1  # the coming step of each optimizer
+            if n <= _FIRST_WATCHED or n % check == 0 or n % every == 0:
+                lean = False
+                break
+        if lean is not self._lean:
+            self._lean = lean
+            self._calls = self._lean_calls if lean else self._full_calls
 
     def listen(self, det: Detector, hook: str, on: bool) -> None:
         """Start or stop calling `det`'s `hook` (a detector that needs a hook point only for a while)."""

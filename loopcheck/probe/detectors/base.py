@@ -29,6 +29,9 @@ class Detector:
     wants_norms: bool = False
     # Whether `on_step` needs only the steps of the first optimizer (the probe's step clock).
     first_optimizer_steps: bool = False
+    # Hook methods that only matter on the steps `Probe.watched` names and on those a sample
+    # follows: on the other steps the probe does not call them (not `on_step`, which starts them).
+    watched_only: frozenset[str] = frozenset()
 
     def __init__(self, probe: "Probe") -> None:
         self.probe = probe

@@ -168,6 +168,7 @@ class GradResetDetector(Detector):
     """
 
     codes = ("LP403",)
+    watched_only = frozenset({"on_backward", "on_step_pre"})  # resets are followed into watched steps
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
@@ -337,6 +338,7 @@ class UpdateRatioDetector(Detector):
     """
 
     codes = ("LP106",)
+    watched_only = frozenset({"on_step_pre"})  # the first steps and those a sample follows
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)

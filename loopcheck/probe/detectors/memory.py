@@ -43,6 +43,7 @@ class _Marker:
 class RetainedGraphDetector(Detector):
     codes = ("LP202",)
     first_optimizer_steps = True
+    watched_only = frozenset({"on_forward", "on_backward"})  # graphs are marked at watched steps
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
