@@ -30,7 +30,7 @@ from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.patching import MethodPatch, own, without_own_hooks
 from loopcheck.probe.sink import RunLog, print_summary
-from loopcheck.probe.stats import Readings, fused_norms, no_grad
+from loopcheck.probe.stats import Readings, finite_probe_value, fused_norms, no_grad
 
 _LOCK = threading.Lock()
 _ACTIVE: "Probe | None" = None
@@ -88,7 +88,7 @@ class Probe:
         self.findings: list[Finding] = []
         self.step = 0  # optimizer steps applied (of the first optimizer)
         self.skipped = 0  # steps the GradScaler skipped (first optimizer)
-        self.step_loss: dict[int, torch.Tensor | None] = {}
+        self.step_loss: dict[int, torch.Tensor | float | None] = {}  # a float on the CPU
         self.loss_read: dict[int, slice | None] = {}  # where each step_loss sits in `readings`
         # Each optimizer step since the last sample: what the sample-time detectors judge.
         self.steps: list[StepRecord] = []
@@ -486,7 +486,10 @@ class Probe:
 
     def _take_losses(self, i: int) -> None:
         losses, self._pending_losses = self._pending_losses, []
-        loss = self.step_loss[i] = _fold(losses)
+        loss: Any = _fold(losses)
+        if loss is not None and self.readings.on_cpu and loss.device.type == "cpu":
+            loss = loss.item()  # read now (no synchronisation on the CPU), and the graph let go
+        self.step_loss[i] = loss
         self.loss_read[i] = self.readings.add((loss,)) if loss is not None else None
 
     def _record_loss(self, tensor: torch.Tensor) -> None:
@@ -496,6 +499,8 @@ class Probe:
         if scaled is not None and scaled[0]() is tensor:
             value = scaled[1]
             self._scaled = None
+        elif self.readings.on_cpu:
+            value = tensor  # read as a number at the optimizer step (`_take_losses`)
         else:
             value = tensor.detach()
             if value.dim():
@@ -608,7 +613,7 @@ class Probe:
     def grad_checks(self, i: int) -> "StepNorms":
         """Values of optimizer `i`'s gradients at this step that are NaN/Inf when a gradient is.
 
-        On a watched step the norms of all of them. On the others the norms of the small ones only
+        On a watched step the norms of all of them. On the others a value of each small one only
         (biases, normalisation weights: well under a percent of the values): a NaN/Inf flowing
         backward through a layer reaches the gradient of its bias, or of a normalisation below it,
         so the small gradients see it at this step for the cost of a call; one confined to a large
@@ -630,7 +635,12 @@ class Probe:
 
     def _queue_norms(self, i: int, grads: list[torch.Tensor], positions: list[int], exact: bool) -> "StepNorms":
         """The norms of `grads` (one fused call), queued in `readings`: this step's, until the next."""
-        norms = fused_norms(grads) if grads else []
+        if not grads:
+            norms = []
+        elif exact or not self.readings.on_cpu:
+            norms = fused_norms(grads)
+        else:  # only their finiteness counts: a sum each is cheaper than a fused norm call on the CPU
+            norms = [finite_probe_value(g) for g in grads]
         result = StepNorms(norms, positions, self.readings.add(norms), exact)
         self._norms[i] = (self._serial, result)
         return result
@@ -840,7 +850,9 @@ class StepNorms(NamedTuple):
     """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`), or those
     of its small gradients only (`Probe.grad_checks`)."""
 
-    values: list[torch.Tensor]  # float32 0-d tensors on the device
+    # 0-d tensors on the device: float32 L2 norms when `exact`; else only their finiteness counts
+    # (on the CPU they are plain sums, see `_queue_norms`)
+    values: list[torch.Tensor]
     positions: list[int]  # the positions in `opt_params[i]` they cover
     read: slice  # where they sit in `Probe.readings`
     exact: bool  # every gradient's norm (not only the small gradients')

@@ -167,13 +167,14 @@ class Readings:
         self._watched = 0  # parts already given to the sentinel
         self._inflight: deque[tuple[torch.Tensor, Any, int]] = deque()  # (pinned verdict, CUDA event, step)
         self._steps = 0  # sentinel calls so far
-        self._open: list[torch.Tensor] = []
+        self._open: list[torch.Tensor | float] = []
         self._size = 0
         self._host: list[float] | None = None
         self._finite: bool | None = None
         self._bad = False  # a value sealed as host floats since the last sentinel was not finite
 
-    def add(self, values: Sequence[torch.Tensor]) -> slice:
+    def add(self, values: Sequence[torch.Tensor | float]) -> slice:
+        """Queue `values` (0-d tensors; on the CPU also numbers read already); return where they sit."""
         start = self._size
         self._open.extend(values)
         self._size += len(values)
@@ -186,7 +187,7 @@ class Readings:
         """Stack the values queued so far into one vector (no host sync) and let the scalars go."""
         if self._open:
             if self.on_cpu:
-                values = [v.item() for v in self._open]
+                values = [v if type(v) is float else v.item() for v in self._open]
                 self._parts.append(values)
                 # judged now: the sentinel of a CPU run only asks whether one of them was not finite
                 if not math.isfinite(sum(values)) and not all(map(math.isfinite, values)):

@@ -3,8 +3,8 @@
 The cheap path, every step and without a host sync: the output of each module that needs it is
 reduced to one number whose finiteness is that of the whole tensor, and so is the input batch on
 an accelerator (on the CPU, where the verdict comes at the same step's optimizer step, a training
-batch is only held weakly and checked when localising, and a probed model's training output is
-reduced at its backward, with the probe's other work there);
+batch is only held weakly and a probed model's training output held until then, both checked only
+when localising: a NaN/Inf in the output reaches the loss or the gradients the sentinel reads);
 torch's dense layers and normalisations are not reduced but judged by their parameters (see
 `loopcheck.probe.layers`); with `backward_hooks`, a tensor hook on each output does the same for
 its gradient. At the optimizer step these numbers join the probe's queue of device values
@@ -45,17 +45,18 @@ from loopcheck.probe.patching import own
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.stats import finite_probe_value, float_tensors, host_read, max_abs, stack_scalars
 
-_UNJUDGED = torch.zeros(())  # the value of an output that changed before it was reduced: finite
 _FOLD_AT = 4096  # forward records kept before they are folded into a block (long eval loops)
 
 # Kinds of forward records. OUTPUT and INPUT carry a reduced value; COVERED records that a dense
 # layer ran (judged by its parameters); PASSED that a module returned such a layer's output unchanged.
-_OUTPUT, _INPUT, _COVERED, _PASSED, _INPUT_HELD, _ENTER = 0, 1, 2, 3, 4, 5
+_OUTPUT, _INPUT, _COVERED, _PASSED, _INPUT_HELD, _ENTER, _OUTPUT_HELD = 0, 1, 2, 3, 4, 5, 6
 _REDUCED = (_OUTPUT, _INPUT)
 # _ENTER: a probed model's forward starts (its covered layers run after it, see `_expand`).
 # _INPUT_HELD (CPU, training forwards): a probed model's input batch, not reduced but held weakly
 # with its version and checked only when localising, in the same step: the loop still holds its
 # batch then.
+# _OUTPUT_HELD (CPU, training forwards): a probed model's output, not reduced but held until the
+# sentinel judged its step, and checked only when localising.
 # float16 overflows easily: a dense layer's float16 output is reduced, not trusted
 _TRUSTED_DTYPES = frozenset((torch.float32, torch.float64, torch.bfloat16))
 _RUNNING = ("running_mean", "running_var")
@@ -93,6 +94,8 @@ class _Block:
     held: list[tuple[Any, int]] = field(default_factory=list)  # (weak reference, version) of each held input
     lean: bool = False  # recorded without the covered layers' hooks: `_expand` puts them in
     every_gradient: bool = True  # `norms` cover every gradient, not only the small ones (`Probe.grad_checks`)
+    # (output, version) of each held output; None once let go (its step was judged)
+    outputs: list[tuple[torch.Tensor, int]] | None = field(default_factory=list)
 
     # Split only when localising: a step keeps its records as they came.
     @property
@@ -111,8 +114,9 @@ class NonFiniteDetector(Detector):
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)
         self._fwd: list[torch.Tensor] = []
-        # (position in `_fwd`, output, its version) of the training outputs reduced at the backward
-        self._deferred: list[tuple[int, torch.Tensor, int]] = []
+        # (output, its version) of the probed models' training outputs held since the last block (CPU)
+        self._outputs: list[tuple[torch.Tensor, int]] = []
+        self._holding: list[_Block] = []  # blocks whose outputs are held (until the next forward)
         self._recs: list[tuple[int, int]] = []  # (module index, kind) of each forward record
         self._held: list[tuple[Any, int]] = []
         self._ran: dict[int, None] = {}  # covered modules that ran since the last block, in order
@@ -150,7 +154,7 @@ class NonFiniteDetector(Detector):
         self._rank: dict[int, int] = {}  # module index -> its place in that order
         self._covered_alone: list[int] = []  # covered layers outside dense groups (hooked when armed)
         self._stack: Any = None
-        idle = set() if self.config.localize else {"on_forward_pre", "on_forward", "on_backward"}
+        idle = set() if self.config.localize else {"on_forward_pre", "on_forward"}
         if probe.scaler is None:
             idle.add("on_step")  # it counts the GradScaler's skips (a scaler found later makes a new detector)
         self.idle = frozenset(idle)
@@ -316,6 +320,10 @@ class NonFiniteDetector(Detector):
 
     # Recording (per forward / backward, no sync) --------------------------------------------
     def on_forward_pre(self, root: int, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if self._holding:  # their steps were judged: let the outputs go
+            for block in self._holding:
+                block.outputs = None
+            self._holding = []
         self._depth += 1
         self._last = _dead  # a new forward pass: nothing before it is a child's output
         self._entered = True
@@ -355,24 +363,24 @@ class NonFiniteDetector(Detector):
                 if root:
                     if self._depth > 0:
                         self._depth -= 1
-                    if type(output) is torch.Tensor and grad_hook is None and output.dtype is torch.float32:
+                    if grad_hook is None and not self._eager_state and torch.is_grad_enabled():
+                        # A training forward on the CPU: its output is not reduced but held until the
+                        # sentinel judged its step (at the optimizer step). A NaN/Inf in it reaches
+                        # the loss or the gradients the sentinel reads, and is then localised.
+                        tensors = [output] if type(output) is torch.Tensor else float_tensors(output)
+                        if tensors and all(t.dtype is torch.float32 for t in tensors):
+                            for t in tensors:
+                                self._outputs.append((t, _version(t)))
+                                self._note(index, _OUTPUT_HELD)
+                            return
+                    elif type(output) is torch.Tensor and grad_hook is None and output.dtype is torch.float32:
                         # the usual probed model: one output, always reduced (nothing outside
                         # a probed model returns it, so it need not be remembered)
-                        deferred = self._deferred
                         if self._last is not _dead and self._repeat(output, _version(output), True) is not None:
-                            if deferred and deferred[-1][0] == len(self._fwd) - 1:
-                                deferred.append((len(self._fwd), output, _version(output)))
                             self._fwd.append(self._fwd[-1])
-                        elif not self._eager_state and torch.is_grad_enabled():
-                            # a training forward on the CPU: reduced at its backward, with the
-                            # probe's other work there, rather than as the first op after the model's
-                            deferred.append((len(self._fwd), output, _version(output)))
-                            self._fwd.append(output)
                         else:
                             self._fwd.append(finite_probe_value(output))
-                        self._recs.append((index, _OUTPUT))
-                        if len(self._recs) >= _FOLD_AT:
-                            self._note_fold()
+                        self._note(index, _OUTPUT)
                         return
                 trusted = covered and self._depth > 0 and not (stats and layers.uses_running_stats(module))
                 if (trusted and grad_hook is None and type(output) is torch.Tensor
@@ -402,21 +410,6 @@ class NonFiniteDetector(Detector):
             except Exception as err:
                 self.probe._fail(self, err)
         return hook
-
-    def on_backward(self, tensor: torch.Tensor) -> None:
-        if self._deferred:
-            self._reduce_deferred()
-
-    def _reduce_deferred(self) -> None:
-        """Reduce the probed models' outputs kept since their training forward (see the root hook);
-        one written in place since is no longer the model's output and is not judged."""
-        fwd, done = self._fwd, {}
-        for k, t, version in self._deferred:
-            value = done.get(id(t))
-            if value is None:
-                value = done[id(t)] = finite_probe_value(t) if _version(t) == version else _UNJUDGED
-            fwd[k] = value
-        self._deferred = []
 
     def _remember(self, t: torch.Tensor, version: int, *, reduced: bool) -> None:
         """`t` is the output recorded last (see `_repeat`), with its version and whether it was reduced."""
@@ -465,8 +458,6 @@ class NonFiniteDetector(Detector):
         probe = self.probe
         readings = probe.readings
         reads = []
-        if self._deferred:
-            self._reduce_deferred()
         if self._fwd:
             reads.append(readings.add(self._fwd))
         loss = probe.loss_read.get(opt) if opt is not None else None
@@ -492,7 +483,9 @@ class NonFiniteDetector(Detector):
         if reads:
             block = _Block(probe.step + (1 if opt is not None else 0), opt, reads, self._recs,
                            loss is not None, self._bwd_idx, ran, state, positions, self._held, not self._armed,
-                           every_gradient)
+                           every_gradient, self._outputs)
+            if self._outputs:
+                self._holding.append(block)
         if not self._armed and opt is not None:
             # A step with a loss but no probed model's forward: the loop calls the models' layers
             # itself (`model.head(x)`), where only their own hooks see them.
@@ -535,7 +528,7 @@ class NonFiniteDetector(Detector):
         for index, kind in block.records:
             if kind == _ENTER:
                 root, covered, k = index, self._covered_of.get(index, []), 0
-            elif root >= 0 and kind in (_OUTPUT, _PASSED):
+            elif root >= 0 and kind in (_OUTPUT, _PASSED, _OUTPUT_HELD):
                 at = rank.get(index, -1)
                 while k < len(covered) and (index == root or rank[covered[k]] < at):
                     records.append((covered[k], _COVERED))
@@ -549,7 +542,7 @@ class NonFiniteDetector(Detector):
     def _clear(self) -> None:
         self._last = _dead
         self._entered = False
-        self._fwd, self._recs, self._held, self._deferred = [], [], [], []
+        self._fwd, self._recs, self._held, self._outputs = [], [], [], []
         self._ran.clear()
         self._bwd, self._bwd_idx = [], []
 
@@ -702,10 +695,19 @@ class NonFiniteDetector(Detector):
         covered layer shows one when it ran with non-finite parameters. Returns (module index,
         kind, the covered layers that ran since the last reduced record).
         """
-        k = h = 0
+        k = h = o = 0
         unchecked: list[int] = []
         for index, kind in zip(block.forward, block.kinds):
-            if kind == _INPUT_HELD:
+            if kind == _OUTPUT_HELD:
+                outputs = block.outputs
+                if outputs is not None:
+                    t, version = outputs[o]
+                    o += 1
+                    # changed since (written in place): no longer the model's output, not judged
+                    if _version(t) == version and not _finite_now(t):
+                        return index, _OUTPUT, unchecked
+                unchecked = []
+            elif kind == _INPUT_HELD:
                 ref, version = block.held[h]
                 h += 1
                 t = ref()
