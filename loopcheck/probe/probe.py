@@ -10,6 +10,7 @@ so leaving the context, by an exception or KeyboardInterrupt too, removes all of
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import warnings
 import weakref
@@ -486,9 +487,12 @@ class Probe:
 
     def _take_losses(self, i: int) -> None:
         losses, self._pending_losses = self._pending_losses, []
-        loss: Any = _fold(losses)
-        if loss is not None and self.readings.on_cpu and loss.device.type == "cpu":
-            loss = loss.item()  # read now (no synchronisation on the CPU), and the graph let go
+        loss: Any
+        if losses and self.readings.on_cpu and all(v.device.type == "cpu" for v in losses):
+            # read now (no synchronisation on the CPU), and the graphs let go
+            loss = losses[0].item() if len(losses) == 1 else math.fsum(v.item() for v in losses)
+        else:
+            loss = _fold(losses)
         self.step_loss[i] = loss
         self.loss_read[i] = self.readings.add((loss,)) if loss is not None else None
 
@@ -683,21 +687,23 @@ class Probe:
                 self._stop = finding
 
     # Dispatch ---------------------------------------------------------------------------
-    def _rebuild_calls(self) -> None:
-        calls: dict[str, list[tuple[Detector, Callable[..., Any]]]] = {name: [] for name in _HOOKS}
-        for det in self.detectors:
-            if not det.enabled:
-                continue
-            for name in _overrides(type(det)):
-                if name not in det.idle:
-                    calls[name].append((det, getattr(det, name)))
-        # The steps of the other optimizers go only to the detectors that count them too.
-        calls["on_step_others"] = [(det, fn) for det, fn in calls["on_step"] if not det.first_optimizer_steps]
+    def _rebuild_calls(self, hook: str | None = None) -> None:
+        """Who gets each hook method, on every step and on lean ones (see `_set_lean`); only `hook`'s
+        when given (`listen`, which runs often)."""
+        names = _HOOKS if hook is None else (hook,)
         # New mappings, not updates: a dispatch running now keeps the tuple it started with.
-        self._full_calls = {name: tuple(pairs) for name, pairs in calls.items()}
-        self._lean_calls = {name: tuple((det, fn) for det, fn in pairs if name not in det.watched_only)
-                            for name, pairs in self._full_calls.items()}
-        self._calls = self._lean_calls if self._lean else self._full_calls
+        full = {} if hook is None else dict(self._full_calls)
+        for name in names:
+            full[name] = tuple((det, getattr(det, name)) for det in self.detectors
+                               if det.enabled and name in _overrides(type(det)) and name not in det.idle)
+        if "on_step" in names:  # the steps of the other optimizers go only to the detectors that count them too
+            names = (*names, "on_step_others")
+            full["on_step_others"] = tuple((det, fn) for det, fn in full["on_step"] if not det.first_optimizer_steps)
+        lean = {} if hook is None else dict(self._lean_calls)
+        for name in names:
+            lean[name] = tuple((det, fn) for det, fn in full[name] if name not in det.watched_only)
+        self._full_calls, self._lean_calls = full, lean
+        self._calls = lean if self._lean else full
         self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
 
     def _set_lean(self) -> None:
@@ -720,7 +726,7 @@ class Probe:
         idle = det.idle | {hook} if not on else det.idle - {hook}
         if idle != det.idle:
             det.idle = frozenset(idle)
-            self._rebuild_calls()
+            self._rebuild_calls(hook)
 
     def _dispatch(self, event: str, *args: Any) -> None:
         for det, fn in self._calls[event]:
