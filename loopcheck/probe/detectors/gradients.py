@@ -27,7 +27,7 @@ _OWNER_SETS = 64  # distinct sets of parameters with gradients whose owners are 
 # growth of a matrix's norm by one of the first samples that is a blow-up, and the rms under which a matrix starts near zero.
 _RATIO_TENSORS = 16
 _RATIO_VALUES = 4 * 1024 * 1024
-_RATIO_ROWS_VALUES = 32 * 1024  # values measured per matrix: a larger one is measured on every k-th row
+_RATIO_ROWS_VALUES = 8 * 1024  # values measured per matrix: a larger one is measured on every k-th row
 _RATIO_HIGH = 0.1
 _RATIO_SAMPLES = 2
 _GROWTH = 4.0  # one matrix's norm this many times its start ...
