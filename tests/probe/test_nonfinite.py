@@ -233,3 +233,35 @@ def test_a_nan_output_of_a_probed_model_is_found_at_its_step(net, batches):
     probe = train(net, batches, 30, before_step=corrupt, loss_fn=loss_fn)
     f = only(probe, "LP103")
     assert f.step == 22 and f.where == "head"
+
+
+def test_a_nan_output_is_named_when_the_loss_raises_before_the_step():
+    # binary_cross_entropy refuses NaN probabilities: the poisoned step never reaches
+    # optimizer.step(), and the probe names the NaN when the block exits.
+    class Decoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(8, 16)
+            self.fc2 = nn.Linear(16, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sigmoid(self.fc2(F.relu(self.fc1(x))))
+
+    torch.manual_seed(0)
+    model = Decoder()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data = [torch.rand(4, 8) for _ in range(4)]
+
+    def train_step(k):
+        x = torch.full_like(data[0], float("nan")) if k == 12 else data[k % 4]
+        opt.zero_grad()
+        loss = F.binary_cross_entropy(model(x), data[k % 4])
+        loss.backward()
+        opt.step()
+
+    with pytest.raises(RuntimeError):
+        with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+            for k in range(20):
+                train_step(k)
+    f = only(probe, "LP103")
+    assert (f.step, f.where) == (12, "Decoder")

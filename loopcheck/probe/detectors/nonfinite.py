@@ -45,6 +45,7 @@ from loopcheck.probe.patching import own
 from loopcheck.probe.detectors.base import Detector
 from loopcheck.probe.stats import finite_probe_value, float_tensors, host_read, max_abs, stack_scalars
 
+_UNJUDGED = torch.zeros(())  # the value of a held output written in place since: not judged
 _FOLD_AT = 4096  # forward records kept before they are folded into a block (long eval loops)
 
 # Kinds of forward records. OUTPUT and INPUT carry a reduced value; COVERED records that a dense
@@ -458,6 +459,8 @@ class NonFiniteDetector(Detector):
         probe = self.probe
         readings = probe.readings
         reads = []
+        if opt is None and self._outputs:
+            self._reduce_held()
         if self._fwd:
             reads.append(readings.add(self._fwd))
         loss = probe.loss_read.get(opt) if opt is not None else None
@@ -494,6 +497,21 @@ class NonFiniteDetector(Detector):
             self._folded = True
         self._clear()
         return block
+
+    def _reduce_held(self) -> None:
+        """Reduce the held outputs into the forward records, in record order: a block that no step's
+        sentinel judges (the end of the run, a run that raised before its step, a long step folded
+        early) is judged from its queued values."""
+        fwd, outputs, recs = iter(self._fwd), iter(self._outputs), self._recs
+        values = []
+        for k, (index, kind) in enumerate(recs):
+            if kind in _REDUCED:
+                values.append(next(fwd))
+            elif kind == _OUTPUT_HELD:
+                t, version = next(outputs)
+                values.append(finite_probe_value(t).float() if _version(t) == version else _UNJUDGED)
+                recs[k] = (index, _OUTPUT)
+        self._fwd, self._outputs = values, []
 
     def _parameters_of(self, ran: list[int]) -> list[tuple[int, torch.Tensor]]:
         """The parameters of the covered layers in `ran`, and the running statistics of those that
