@@ -488,7 +488,7 @@ class Probe:
     def _take_losses(self, i: int) -> None:
         losses, self._pending_losses = self._pending_losses, []
         loss: Any
-        if losses and self.readings.on_cpu and all(v.device.type == "cpu" for v in losses):
+        if losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
             # read now (no synchronisation on the CPU), and the graphs let go
             loss = losses[0].item() if len(losses) == 1 else math.fsum(v.item() for v in losses)
         else:
@@ -505,6 +505,9 @@ class Probe:
             self._scaled = None
         elif self.readings.on_cpu:
             value = tensor  # read as a number at the optimizer step (`_take_losses`)
+            pending = self._pending_losses
+            if len(pending) >= _PENDING_LOSSES:  # backward after backward without a step: numbers, not graphs
+                self._pending_losses = [torch.tensor(math.fsum(v.item() for v in pending))]
         else:
             value = tensor.detach()
             if value.dim():
@@ -839,6 +842,7 @@ def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
     return __getstate__
 
 
+_PENDING_LOSSES = 64  # losses of backward calls kept (CPU: with their graphs) until a step reads them
 _FIRST_WATCHED = 8  # the steps of each optimizer that `Probe.watched` always includes
 _SMALL = 4096  # values of a parameter whose gradient `Probe.grad_checks` reads at every step
 
