@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.source_text import SourceText
-from loopcheck.lint.summary import ModuleSummary, in_use, module_parts, summarize, summary_of
+from loopcheck.lint.summary import ModuleSummary, all_parts_digest, in_use, module_parts, summarize, summary_of
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
     import libcst as cst
@@ -259,9 +259,12 @@ class Project:
         found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
         return (-1, found[0]) if found is not None else file_stamp(path)
 
-    def read(self, path: Path) -> bytes:
-        """The bytes of `path` as this project sees them (an open buffer's, else the file's)."""
-        self._note(path)
+    def read(self, path: Path, *, noted: bool = True) -> bytes:
+        """The bytes of `path` as this project sees them (an open buffer's, else the file's).
+        `noted`: the analysis reading depends on all of them (else the caller records what it
+        depends on)."""
+        if noted:
+            self._note(path)
         found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
         return found[1].encode("utf-8", "surrogatepass") if found is not None else path.read_bytes()
 
@@ -492,10 +495,29 @@ class Project:
         return self._importers[target]
 
     def files_mentioning(self, word: str) -> list[str]:
-        """The project files (real paths) whose text has `word` as a whole word."""
+        """The project files (real paths) whose text has `word` as a whole word. The analysis
+        asking depends on which files those are and on every part of each (it reads their code,
+        not the comments between their functions)."""
         found = list(self._holding(word))
-        self._notes(found)
+        if self._consulting:
+            root = str(self.roots[0]) if self.roots else ""
+            self._consulting[-1].facts[("mentioning", root, word)] = list(found)  # a list: kept as JSON
+            for name in found:
+                self._note_all_parts(name)
         return found
+
+    def _note_all_parts(self, path: str) -> None:
+        """The analysis being recorded read every part of `path` (`summary.module_parts`): an
+        edit that moves none of them, like a comment appended, leaves it standing."""
+        key = os.path.abspath(path)
+        with self._unrecorded():
+            parts = self._parts_of(key)
+        reads = self._consulting[-1]
+        if parts is None or "*" in parts:
+            reads.files[key] = None
+        else:
+            reads.facts[("parts", key, None)] = all_parts_digest(parts)
+            reads.sources[key] = None
 
     def _holding(self, word: str) -> list[str]:
         """The project files whose text has `word` as a whole word (an index built once)."""
@@ -548,9 +570,10 @@ class Project:
     def answer(self, kind: str, path: str, arg: Any) -> Any:
         """The answer today to one question an analysis asked (`Reads.facts`): "reach" (does a
         module `path` reaches mention one of the words `arg`?), "part" (the digest of part `arg`
-        of module `path`, `summary.module_parts`), "search" and "count" (does the regular
-        expression `arg` = (pattern, flags) match the text of `path`, how often; None when the
-        text cannot be read), "derived" (the digest of the project-wide fact `arg`, `DERIVED`;
+        of module `path`, `summary.module_parts`), "parts" (one digest of all its parts),
+        "mentioning" (the project files holding the word `arg`; `path` is the root), "search"
+        and "count" (does the regular expression `arg` = (pattern, flags) match the text of
+        `path`, how often; None when the text cannot be read), "derived" (the digest of the project-wide fact `arg`, `DERIVED`;
         `path` is the project's root)."""
         with self._unrecorded():
             if kind == "reach":
@@ -558,6 +581,11 @@ class Project:
             if kind == "part":
                 parts = self._parts_of(path)
                 return parts.get(arg) if parts is not None else "*"
+            if kind == "parts":
+                parts = self._parts_of(path)
+                return all_parts_digest(parts) if parts is not None else "*"
+            if kind == "mentioning":
+                return list(self._holding(arg))
             if kind == "derived":
                 return _derive(arg, self)[1]
             text = self.text(Path(path))
@@ -622,8 +650,11 @@ class Project:
         def note(name: str) -> None:
             if self._consulting:
                 reads = self._consulting[-1]
-                if name == "*" or "*" in parts:
+                if "*" in parts:  # the text could not be split into parts: all of it counts
                     reads.files[key] = None
+                elif name == "*":  # every part (a search of all call sites): not the comments between them
+                    reads.facts[("parts", key, None)] = all_parts_digest(parts)
+                    reads.sources[key] = None
                 else:
                     reads.facts[("part", key, name)] = parts.get(name)
                     reads.sources[key] = None

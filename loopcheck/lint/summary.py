@@ -194,3 +194,11 @@ def module_parts(text: str) -> dict[str, str] | None:
         pieces.setdefault(key, []).append(f"{start}\0{''.join(lines[start - 1:end])}")
     return {key: hashlib.sha1("\0".join(texts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
             for key, texts in pieces.items()}
+
+
+def all_parts_digest(parts: dict[str, str]) -> str:
+    """One digest of every part of a module (`module_parts`): what an analysis that read all of
+    them depends on. Comments and blank lines between the parts, or after the last, are not in
+    it, unless they move a part."""
+    joined = "\0".join(f"{name}\0{digest}" for name, digest in sorted(parts.items()))
+    return hashlib.sha1(joined.encode("utf-8", "surrogatepass")).hexdigest()[:16]

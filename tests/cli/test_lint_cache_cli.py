@@ -210,3 +210,43 @@ def test_what_each_file_saves_is_kept_by_its_content(lint, project, monkeypatch)
     digest = hashlib.sha256(edited.encode()).hexdigest()[:32]
     assert sorted(k.split(":")[0] for k in made) == ["save-calls", "saves"]
     assert all(k.split(":")[1] == digest for k in made)  # the edited file's parts, nothing else
+
+
+LOADER = "import torch\n\n\ndef load_checkpoint(path):\n    return torch.load(path)\n"
+RESUME = """\
+from loader import load_checkpoint
+
+
+def resume(model, optimizer, path):
+    state = load_checkpoint(path)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"]
+"""
+SAVER = """\
+import torch
+
+
+def save(model, optimizer, epoch, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+"""
+
+
+def test_a_comment_in_a_module_read_as_a_whole_reanalyses_only_that_module(lint, project, checked):
+    """loader.py's load is judged by the keys its callers read back (resume.py, found by the
+    word `load_checkpoint`): its analysis depends on every part of resume.py, not on comments
+    added after them; an edit to the keys it reads is a reason to analyse loader.py again."""
+    write(project / "loader.py", LOADER)
+    write(project / "resume.py", RESUME)
+    write(project / "saver.py", SAVER)
+    cold = report(lint)
+    assert ("loader.py", "LC508") not in {(f["path"], f["code"]) for f in cold["findings"]}
+    write(project / "resume.py", RESUME + "\n# resumes the run where it stopped\n")
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["resume.py"]
+    write(project / "resume.py", RESUME.replace('state["epoch"]', 'state.get("step", 0)'))
+    checked.clear()
+    again = report(lint)
+    assert sorted(checked) == ["loader.py", "resume.py"]
+    assert again == report(lint, "--no-cache")

@@ -356,3 +356,39 @@ def test_a_flag_of_a_followed_module_is_folded_unless_a_function_declares_it_glo
     assert driver in [Path(p) for p in project.dependents(tmp_path / "steps.py")]
     codes = {f.code for f in engine.check_file(tmp_path / "steps.py", project=project).findings}
     assert ("LC102" in codes) is rebound  # folded away, here and in driver.py's loop, while nothing can turn it on
+
+
+def test_a_module_read_as_a_whole_depends_on_its_parts_not_on_comments_after_them(tmp_path: Path) -> None:
+    """An analysis that reads every part of a followed module (a search of all its call sites)
+    records one question, the digest of all parts: a comment appended leaves the answer as it
+    was, an edit to a function's body or a new function changes it."""
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    helpers = write(tmp_path / "helpers.py", """\
+        def scale(lr, factor):
+            return lr * factor
+
+
+        def warmup(step):
+            return scale(0.1, min(1.0, step / 100))
+        """)
+    original = helpers.read_text()
+    project = Project([tmp_path])
+    parsed = project.parse(helpers, whole=False)
+    with project.consulting() as reads:
+        project.part_reader(parsed)("*")
+    assert reads.files == {}  # not the whole text
+    assert list(reads.facts) == [("parts", os.path.abspath(helpers), None)]
+    sources = {p: project.stamp(Path(p)) for p in reads.sources}
+
+    def still() -> bool:
+        return project.still({}, reads.facts, sources)
+
+    helpers.write_text(original + "\n# kept for the old configs\n")
+    os.utime(helpers, ns=(1, 1))  # a new stamp even within the file system's time resolution
+    assert still()
+    helpers.write_text(original.replace("min(1.0, step / 100)", "min(1.0, step / 200)"))
+    os.utime(helpers, ns=(2, 2))
+    assert not still()
+    helpers.write_text(original + "\n\ndef cooldown(step):\n    return 0.0\n")
+    os.utime(helpers, ns=(3, 3))
+    assert not still()
