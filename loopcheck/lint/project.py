@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.source_text import SourceText
-from loopcheck.lint.summary import ModuleSummary, all_parts_digest, in_use, module_parts, summarize, summary_of
+from loopcheck.lint.summary import (
+    ModuleSummary, all_parts_digest, in_use, module_parts, summarize, summarize_parsed, summary_of,
+)
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
     import libcst as cst
@@ -315,6 +317,8 @@ class Project:
             except (OSError, cst.ParserSyntaxError, UnicodeDecodeError, RecursionError, ValueError, SyntaxError):
                 parsed = None
         self._keep(key, stamp, parsed)
+        if parsed is not None:
+            self._summarized(key, stamp, parsed)
         if parsed is None:
             self._note(key)
         return parsed
@@ -332,7 +336,10 @@ class Project:
         if stamp is None:
             return
         memo.pin(module)
-        self._keep(os.path.abspath(path), stamp, ParsedModule(path, source, module))
+        key = os.path.abspath(path)
+        parsed = ParsedModule(path, source, module)
+        self._keep(key, stamp, parsed)
+        self._summarized(key, stamp, parsed)
 
     def _keep(self, key: str, stamp: tuple[int, int], parsed: ParsedModule | None) -> None:
         old = self._parsed.pop(key, None)
@@ -373,12 +380,22 @@ class Project:
                 found = summary_of(self.read(path), key)
             except OSError:
                 found = None
+        self._keep_summary(key, stamp, found)
+        return found
+
+    def _keep_summary(self, key: str, stamp: tuple[int, int] | None, found: ModuleSummary | None) -> None:
+        cached = self._summaries.get(key)
         if cached is not None and self._reach_changed(cached[1], found):
             self._reach.clear()
             self._mentions.clear()
             self._importers.clear()
         self._summaries[key] = (stamp, found)
-        return found
+
+    def _summarized(self, key: str, stamp: tuple[int, int], parsed: ParsedModule) -> None:
+        """The summary of a module just parsed, read from its tree (unless already known)."""
+        cached = self._summaries.get(key)
+        if cached is None or cached[0] != stamp:
+            self._keep_summary(key, stamp, summarize_parsed(parsed.module, parsed.source, key))
 
     def _reach_changed(self, old: ModuleSummary | None, new: ModuleSummary | None) -> bool:
         """Whether a module's new text may change what modules reach, or which words they reach:

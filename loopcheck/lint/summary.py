@@ -18,7 +18,10 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,107 @@ def summarize(source: bytes, path: str) -> ModuleSummary | None:
 
 
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def summarize_parsed(module: "cst.Module", source: str, path: str) -> ModuleSummary:
+    """The summary `summarize` makes of `source`, read from its libcst tree instead (a module
+    the engine has parsed anyway: the standard parser need not read it again)."""
+    import libcst as cst
+
+    imports: list[tuple[str, int, tuple[str, ...]]] = []
+    stack: list[cst.CSTNode] = list(reversed(module.body))
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if type(small) is cst.Import:
+                    imports.extend((_cst_dotted(a.name), 0, ()) for a in small.names)
+                elif type(small) is cst.ImportFrom:
+                    names = ("*",) if type(small.names) is cst.ImportStar else tuple(_cst_dotted(a.name) for a in small.names)
+                    module_name = _cst_dotted(small.module) if small.module is not None else ""
+                    imports.append((module_name, len(small.relative), names))
+        else:
+            for part in _inner_parts(stmt):  # pushed part by part, as `summarize` does: same order
+                stack.extend(reversed(part))
+    functions: list[str] = []
+    classes: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+    exports: tuple[str, ...] | None = None
+    for stmt in module.body:
+        if type(stmt) is cst.FunctionDef:
+            functions.append(stmt.name.value)
+        elif type(stmt) is cst.ClassDef:
+            bases = tuple(_base_text(module, b) for b in stmt.bases if b.keyword is None and b.star != "**")
+            body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
+            classes.append((stmt.name.value, bases, tuple(s.name.value for s in body if type(s) is cst.FunctionDef)))
+        elif type(stmt) is cst.SimpleStatementLine:
+            for small in stmt.body:
+                if (type(small) is cst.Assign and isinstance(small.value, (cst.List, cst.Tuple))
+                        and any(type(t.target) is cst.Name and t.target.value == "__all__" for t in small.targets)):
+                    values = [_cst_string(e.value) for e in small.value.elements if type(e) is cst.Element]
+                    exports = tuple(v for v in values if v is not None)
+    words = b" ".join(set(_WORD.findall(source.encode("utf-8", "surrogatepass")))).decode("ascii").lower()
+    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), words)
+
+
+def _inner_parts(stmt: "cst.CSTNode") -> list[list]:
+    """The statements directly inside a compound statement, in the order of `ast`'s fields that
+    `summarize` walks (body, else, finally, handlers, match cases)."""
+    import libcst as cst
+
+    out: list[list] = []
+    for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
+        part = getattr(stmt, attr, None)
+        if part is None:
+            continue
+        if isinstance(part, (list, tuple)):  # handlers, cases
+            out.append(list(part))
+        elif isinstance(part, cst.If):  # `elif`: an `if` in the `else` branch
+            out.append([part])
+        elif isinstance(part, (cst.Else, cst.Finally)):
+            out.append(_suite(part.body))
+        elif isinstance(part, cst.BaseSuite):
+            out.append(_suite(part))
+    return out
+
+
+def _suite(suite: "cst.BaseSuite") -> list:
+    import libcst as cst
+
+    if isinstance(suite, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(body=suite.body)]
+    return list(suite.body)
+
+
+def _base_text(module: "cst.Module", arg: "cst.Arg") -> str:
+    """A base class as `ast.unparse` writes it (`summarize` keeps that text)."""
+    text = module.code_for_node(arg.value).strip()
+    try:
+        text = ast.unparse(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        pass
+    return f"*{text}" if arg.star == "*" else text
+
+
+def _cst_dotted(node: "cst.CSTNode") -> str:
+    import libcst as cst
+
+    if type(node) is cst.Name:
+        return node.value
+    if type(node) is cst.Attribute:
+        return f"{_cst_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def _cst_string(node: "cst.CSTNode") -> str | None:
+    import libcst as cst
+
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        try:
+            value = node.evaluated_value
+        except Exception:  # noqa: BLE001 - an odd literal is no name
+            return None
+        return value if isinstance(value, str) else None
+    return None
 
 
 class SummaryStore:

@@ -7,11 +7,12 @@ import os
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from loopcheck.lint import engine, memo
 from loopcheck.lint.project import Project, project_root
-from loopcheck.lint.summary import summarize
+from loopcheck.lint.summary import summarize, summarize_parsed
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_PROJECTS = sorted(p for p in (REPO / "fixtures").iterdir() if p.is_dir())
@@ -185,6 +186,54 @@ def test_a_summary_holds_imports_exports_definitions_and_mentions() -> None:
     assert summary.mentions_any(("softmax",)) and not summary.mentions_any(("sigmoid",))
     assert ("engine", 1) in summary.import_targets()
     assert summarize(b"def broken(:\n", "b.py") is None
+
+
+TANGLED_IMPORTS = """\
+import os, sys as system
+from .. import engine
+try:
+    import apex
+except ImportError:
+    from torch.cuda import amp as apex
+else:
+    import apex.amp
+finally:
+    import gc
+if system.version_info >= (3, 10):
+    import tomllib
+elif os.name == "nt":
+    import ntpath
+else: import posixpath
+with open(os.devnull) as fh: import json
+match os.name:
+    case "posix":
+        import fcntl
+__all__ = ["Trainer", "train" "_step", f"skip{1}"]
+
+
+class Trainer(Base[int], *mixins, metaclass=Meta):
+    async def fit(self):
+        import asyncio
+
+    @staticmethod
+    def build(): pass
+
+
+async def train_step(model):
+    from .losses import *
+"""
+
+
+@pytest.mark.parametrize("source", [TANGLED_IMPORTS, COMMON] + [
+    p for p in sorted((REPO / "fixtures").rglob("*.py"))[:40]
+], ids=lambda s: s.name if isinstance(s, Path) else "inline")
+def test_a_summary_read_from_the_libcst_tree_is_the_one_ast_makes(source) -> None:
+    """A module the engine parsed is summarised from its tree (`summarize_parsed`), with the
+    same imports in the same order, exports, definitions and words as `summarize`."""
+    text = source.read_text(encoding="utf-8") if isinstance(source, Path) else textwrap.dedent(source)
+    expected = summarize(text.encode(), "m.py")
+    assert expected is not None
+    assert summarize_parsed(cst.parse_module(text), text, "m.py") == expected
 
 
 def test_facts_live_as_long_as_the_project_holds_the_module(tmp_path: Path) -> None:
