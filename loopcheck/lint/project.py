@@ -47,7 +47,6 @@ class ParsedModule:
     path: str
     source: str
     module: cst.Module
-    parts: dict[str, str] | None = None  # `summary.module_parts` of the source, once asked for
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -660,9 +659,8 @@ class Project:
         top-level function or class by name, `summary.MODULE_PART`, or "*" for all of it).
         Absent parts count too: defining one later changes what the analysis would find."""
         key = os.path.abspath(parsed.path)
-        if parsed.parts is None:
-            parsed.parts = module_parts(parsed.source) or {"*": ""}
-        parts = parsed.parts
+        with self._unrecorded():
+            parts = self._parts_of(key) or {"*": ""}  # one split per file and version, shared with `answer`
 
         def note(name: str) -> None:
             if self._consulting:
