@@ -656,7 +656,8 @@ class Project:
 
     def part_reader(self, parsed: ParsedModule) -> Callable[[str], None]:
         """What a followed module's unit calls with each part of it the analysis reads (a
-        top-level function or class by name, `summary.MODULE_PART`, or "*" for all of it).
+        top-level function or class by name, a method as `Class.method`, every method of a class
+        as `Class.*`, `summary.MODULE_PART`, or "*" for all of it).
         Absent parts count too: defining one later changes what the analysis would find."""
         key = os.path.abspath(parsed.path)
         with self._unrecorded():
@@ -669,6 +670,11 @@ class Project:
                     reads.files[key] = None
                 elif name == "*":  # every part (a search of all call sites): not the comments between them
                     reads.facts[("parts", key, None)] = all_parts_digest(parts)
+                    reads.sources[key] = None
+                elif name.endswith(".*"):  # every method of a class (`Class.*`)
+                    prefix = name[:-1]
+                    reads.facts.update({("part", key, n): d for n, d in parts.items() if n.startswith(prefix)})
+                    reads.facts[("part", key, name[:-2])] = parts.get(name[:-2])
                     reads.sources[key] = None
                 else:
                     reads.facts[("part", key, name)] = parts.get(name)

@@ -280,10 +280,11 @@ MODULE_PART = "<module>"  # the statements of a module outside its top-level fun
 
 def module_parts(text: str) -> dict[str, str] | None:
     """A digest of each part of a module: each top-level function and class by name (its
-    decorators, text and first line), and `MODULE_PART` for every other top-level statement
-    together. An analysis that read only some parts of a module depends only on those: an edit
-    elsewhere that moves no line of them leaves their digests as they were. None when Python
-    cannot parse the text."""
+    decorators, text and first line), each method of a top-level class as `Class.method`, and
+    `MODULE_PART` for every other top-level statement together. A class's own part is its text
+    with each method's lines replaced by the method's name and first line. An analysis that
+    read only some parts of a module depends only on those: an edit elsewhere that moves no line
+    of them leaves their digests as they were. None when Python cannot parse the text."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -291,13 +292,33 @@ def module_parts(text: str) -> dict[str, str] | None:
     lines = text.splitlines(keepends=True)
     pieces: dict[str, list[str]] = {}
     for stmt in tree.body:
-        start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
-        end = stmt.end_lineno or stmt.lineno
-        named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        start, end = _span(stmt)
+        if isinstance(stmt, ast.ClassDef):
+            own: list[str] = []
+            at = start
+            for inner in stmt.body:
+                if not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                first, last = _span(inner)
+                if first < at:  # shares a line with what comes before it: left in the class's part
+                    continue
+                own.append(f"{at}\0{''.join(lines[at - 1:first - 1])}\0def {inner.name}@{first}\n")
+                pieces.setdefault(f"{stmt.name}.{inner.name}", []).append(f"{first}\0{''.join(lines[first - 1:last])}")
+                at = last + 1
+            own.append(f"{at}\0{''.join(lines[at - 1:end])}")  # each stretch with the line it starts on
+            pieces.setdefault(stmt.name, []).append(f"{start}\0{''.join(own)}")
+            continue
+        named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
         key = stmt.name if named else MODULE_PART  # type: ignore[attr-defined]
         pieces.setdefault(key, []).append(f"{start}\0{''.join(lines[start - 1:end])}")
     return {key: hashlib.sha1("\0".join(texts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
             for key, texts in pieces.items()}
+
+
+def _span(stmt: ast.stmt) -> tuple[int, int]:
+    """First line (decorators included) and last line of a statement."""
+    start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+    return start, stmt.end_lineno or stmt.lineno
 
 
 def all_parts_digest(parts: dict[str, str]) -> str:

@@ -250,3 +250,58 @@ def test_a_comment_in_a_module_read_as_a_whole_reanalyses_only_that_module(lint,
     again = report(lint)
     assert sorted(checked) == ["loader.py", "resume.py"]
     assert again == report(lint, "--no-cache")
+
+
+STEPPER = """\
+import torch
+
+
+class Stepper:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def step(self, batch, criterion):
+        self.optimizer.zero_grad()
+        loss = criterion(self.model(batch[0]), batch[1])
+        self.optimizer.step()
+        loss.backward()
+        return loss
+
+    def describe(self):
+        return f"stepper of {type(self.model).__name__}"
+"""
+STEPPER_DRIVER = """\
+import torch
+from torch import nn
+
+from stepper import Stepper
+
+
+def main(loader):
+    model = nn.Linear(8, 2)
+    stepper = Stepper(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for epoch in range(3):
+        for batch in loader:
+            stepper.step(batch, nn.CrossEntropyLoss())
+"""
+
+
+def test_an_edit_to_a_method_no_analysis_read_reanalyses_only_its_file(lint, project, checked):
+    """driver.py's model follows `Stepper.__init__` and `Stepper.step` of stepper.py: it depends
+    on those methods (and the class's own lines), not on `describe`."""
+    write(project / "stepper.py", STEPPER)
+    write(project / "driver.py", STEPPER_DRIVER)
+    cold = report(lint)
+    assert ("stepper.py", "LC102") in {(f["path"], f["code"]) for f in cold["findings"]}
+    write(project / "stepper.py", STEPPER.replace("stepper of", "stepper for"))
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["stepper.py"]
+    write(project / "stepper.py", STEPPER.replace(
+        "        self.optimizer.step()\n        loss.backward()\n", "        loss.backward()\n        self.optimizer.step()\n"))
+    checked.clear()
+    fixed = report(lint)
+    assert sorted(checked) == ["driver.py", "stepper.py"]
+    assert ("stepper.py", "LC102") not in {(f["path"], f["code"]) for f in fixed["findings"]}
+    assert fixed == report(lint, "--no-cache")
