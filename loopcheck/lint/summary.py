@@ -305,7 +305,8 @@ def module_parts(text: str) -> dict[str, str] | None:
                 own.append(f"{at}\0{''.join(lines[at - 1:first - 1])}\0def {inner.name}@{first}\n")
                 pieces.setdefault(f"{stmt.name}.{inner.name}", []).append(f"{first}\0{''.join(lines[first - 1:last])}")
                 at = last + 1
-            own.append(f"{at}\0{''.join(lines[at - 1:end])}")  # each stretch with the line it starts on
+            if at <= end:  # each stretch with the line it starts on (none after a last method)
+                own.append(f"{at}\0{''.join(lines[at - 1:end])}")
             pieces.setdefault(stmt.name, []).append(f"{start}\0{''.join(own)}")
             continue
         named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))

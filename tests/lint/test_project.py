@@ -441,3 +441,41 @@ def test_a_module_read_as_a_whole_depends_on_its_parts_not_on_comments_after_the
     helpers.write_text(original + "\n\ndef cooldown(step):\n    return 0.0\n")
     os.utime(helpers, ns=(3, 3))
     assert not still()
+
+
+def test_each_method_of_a_class_is_a_part_and_the_class_keeps_its_own_lines() -> None:
+    """`module_parts`: a class's part is its own lines (methods replaced by their name and first
+    line); each method is `Class.method`. An edit inside one method changes that method's part,
+    and those of whatever it moves down; a class attribute edit changes the class's part."""
+    from loopcheck.lint.summary import module_parts
+
+    source = textwrap.dedent('''\
+        class Recorder:
+            """Keeps the recent losses."""
+            window = 10
+
+            def add(self, loss):
+                self.losses.append(loss)
+
+            @property
+            def mean(self):
+                return sum(self.losses) / len(self.losses)
+
+
+        def train(recorder):
+            recorder.add(1.0)
+        ''')
+    parts = module_parts(source)
+    assert parts is not None and {"Recorder", "Recorder.add", "Recorder.mean", "train"} <= set(parts)
+
+    def changed(edited: str) -> list[str]:
+        after = module_parts(edited)
+        assert after is not None
+        return sorted(k for k in set(parts) | set(after) if parts.get(k) != after.get(k))
+
+    assert changed(source.replace("/ len(self.losses)", "/ max(1, len(self.losses))")) == ["Recorder.mean"]
+    assert changed(source.replace("self.losses.append(loss)", "self.losses.append(float(loss))")) == ["Recorder.add"]
+    assert changed(source.replace("self.losses.append(loss)\n", "self.losses.append(loss)\n        del self.losses[:-10]\n")) == [
+        "Recorder", "Recorder.add", "Recorder.mean", "train"]  # moved down: their lines changed
+    assert changed(source.replace("window = 10", "window = 20")) == ["Recorder"]
+    assert changed(source + "\n\n# the end\n") == []
