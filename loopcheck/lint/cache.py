@@ -108,6 +108,10 @@ def _finding_from_json(d: dict[str, Any]) -> Finding:
     )
 
 
+# questions (`Project.answer`) answered from the text of the one file they name
+_ONE_FILE = frozenset({"part", "parts", "search", "count"})
+
+
 def _facts(raw: dict[str, Any]) -> list[tuple[str, str, Any, Any]]:
     return [(kind, p, tuple(arg) if isinstance(arg, list) else arg, answer) for kind, p, arg, answer in raw["facts"]]
 
@@ -290,8 +294,14 @@ class Cache:
 
     def _facts_hold(self, path: str | Path, raw: dict[str, Any]) -> bool:
         """Whether a kept analysis's answers are still right, asked again (an edit to a function
-        the analysis never read, or one that changes no module's imports, leaves them)."""
-        return all(self._answer(path, kind, p, arg) == answer for kind, p, arg, answer in _facts(raw))
+        the analysis never read, or one that changes no module's imports, leaves them). A
+        question about one file's text whose file hashes as it did holds without asking."""
+        read = raw["facts_read"]
+        return all(
+            kind in _ONE_FILE and read.get(p) is not None and self.file_hash(p) == read[p]
+            or self._answer(path, kind, p, arg) == answer
+            for kind, p, arg, answer in _facts(raw)
+        )
 
     def _answer(self, asker: str | Path, kind: str, path: str, arg: Any) -> Any:
         """A question's answer today, asked once per run (entries share most of their questions)."""

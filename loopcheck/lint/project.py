@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.source_text import SourceText
-from loopcheck.lint.summary import ModuleSummary, in_use, module_parts, summarize, summary_of
+from loopcheck.lint.summary import (
+    ModuleSummary, all_parts_digest, in_use, module_parts, summarize, summarize_parsed, summary_of,
+)
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
     import libcst as cst
@@ -45,7 +47,6 @@ class ParsedModule:
     path: str
     source: str
     module: cst.Module
-    parts: dict[str, str] | None = None  # `summary.module_parts` of the source, once asked for
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -259,9 +260,12 @@ class Project:
         found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
         return (-1, found[0]) if found is not None else file_stamp(path)
 
-    def read(self, path: Path) -> bytes:
-        """The bytes of `path` as this project sees them (an open buffer's, else the file's)."""
-        self._note(path)
+    def read(self, path: Path, *, noted: bool = True) -> bytes:
+        """The bytes of `path` as this project sees them (an open buffer's, else the file's).
+        `noted`: the analysis reading depends on all of them (else the caller records what it
+        depends on)."""
+        if noted:
+            self._note(path)
         found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
         return found[1].encode("utf-8", "surrogatepass") if found is not None else path.read_bytes()
 
@@ -312,6 +316,8 @@ class Project:
             except (OSError, cst.ParserSyntaxError, UnicodeDecodeError, RecursionError, ValueError, SyntaxError):
                 parsed = None
         self._keep(key, stamp, parsed)
+        if parsed is not None:
+            self._summarized(key, stamp, parsed)
         if parsed is None:
             self._note(key)
         return parsed
@@ -329,7 +335,10 @@ class Project:
         if stamp is None:
             return
         memo.pin(module)
-        self._keep(os.path.abspath(path), stamp, ParsedModule(path, source, module))
+        key = os.path.abspath(path)
+        parsed = ParsedModule(path, source, module)
+        self._keep(key, stamp, parsed)
+        self._summarized(key, stamp, parsed)
 
     def _keep(self, key: str, stamp: tuple[int, int], parsed: ParsedModule | None) -> None:
         old = self._parsed.pop(key, None)
@@ -370,12 +379,22 @@ class Project:
                 found = summary_of(self.read(path), key)
             except OSError:
                 found = None
+        self._keep_summary(key, stamp, found)
+        return found
+
+    def _keep_summary(self, key: str, stamp: tuple[int, int] | None, found: ModuleSummary | None) -> None:
+        cached = self._summaries.get(key)
         if cached is not None and self._reach_changed(cached[1], found):
             self._reach.clear()
             self._mentions.clear()
             self._importers.clear()
         self._summaries[key] = (stamp, found)
-        return found
+
+    def _summarized(self, key: str, stamp: tuple[int, int], parsed: ParsedModule) -> None:
+        """The summary of a module just parsed, read from its tree (unless already known)."""
+        cached = self._summaries.get(key)
+        if cached is None or cached[0] != stamp:
+            self._keep_summary(key, stamp, summarize_parsed(parsed.module, parsed.source, key))
 
     def _reach_changed(self, old: ModuleSummary | None, new: ModuleSummary | None) -> bool:
         """Whether a module's new text may change what modules reach, or which words they reach:
@@ -492,10 +511,29 @@ class Project:
         return self._importers[target]
 
     def files_mentioning(self, word: str) -> list[str]:
-        """The project files (real paths) whose text has `word` as a whole word."""
+        """The project files (real paths) whose text has `word` as a whole word. The analysis
+        asking depends on which files those are and on every part of each (it reads their code,
+        not the comments between their functions)."""
         found = list(self._holding(word))
-        self._notes(found)
+        if self._consulting:
+            root = str(self.roots[0]) if self.roots else ""
+            self._consulting[-1].facts[("mentioning", root, word)] = list(found)  # a list: kept as JSON
+            for name in found:
+                self._note_all_parts(name)
         return found
+
+    def _note_all_parts(self, path: str) -> None:
+        """The analysis being recorded read every part of `path` (`summary.module_parts`): an
+        edit that moves none of them, like a comment appended, leaves it standing."""
+        key = os.path.abspath(path)
+        with self._unrecorded():
+            parts = self._parts_of(key)
+        reads = self._consulting[-1]
+        if parts is None or "*" in parts:
+            reads.files[key] = None
+        else:
+            reads.facts[("parts", key, None)] = all_parts_digest(parts)
+            reads.sources[key] = None
 
     def _holding(self, word: str) -> list[str]:
         """The project files whose text has `word` as a whole word (an index built once)."""
@@ -548,9 +586,10 @@ class Project:
     def answer(self, kind: str, path: str, arg: Any) -> Any:
         """The answer today to one question an analysis asked (`Reads.facts`): "reach" (does a
         module `path` reaches mention one of the words `arg`?), "part" (the digest of part `arg`
-        of module `path`, `summary.module_parts`), "search" and "count" (does the regular
-        expression `arg` = (pattern, flags) match the text of `path`, how often; None when the
-        text cannot be read), "derived" (the digest of the project-wide fact `arg`, `DERIVED`;
+        of module `path`, `summary.module_parts`), "parts" (one digest of all its parts),
+        "mentioning" (the project files holding the word `arg`; `path` is the root), "search"
+        and "count" (does the regular expression `arg` = (pattern, flags) match the text of
+        `path`, how often; None when the text cannot be read), "derived" (the digest of the project-wide fact `arg`, `DERIVED`;
         `path` is the project's root)."""
         with self._unrecorded():
             if kind == "reach":
@@ -558,6 +597,11 @@ class Project:
             if kind == "part":
                 parts = self._parts_of(path)
                 return parts.get(arg) if parts is not None else "*"
+            if kind == "parts":
+                parts = self._parts_of(path)
+                return all_parts_digest(parts) if parts is not None else "*"
+            if kind == "mentioning":
+                return list(self._holding(arg))
             if kind == "derived":
                 return _derive(arg, self)[1]
             text = self.text(Path(path))
@@ -612,18 +656,26 @@ class Project:
 
     def part_reader(self, parsed: ParsedModule) -> Callable[[str], None]:
         """What a followed module's unit calls with each part of it the analysis reads (a
-        top-level function or class by name, `summary.MODULE_PART`, or "*" for all of it).
+        top-level function or class by name, a method as `Class.method`, every method of a class
+        as `Class.*`, `summary.MODULE_PART`, or "*" for all of it).
         Absent parts count too: defining one later changes what the analysis would find."""
         key = os.path.abspath(parsed.path)
-        if parsed.parts is None:
-            parsed.parts = module_parts(parsed.source) or {"*": ""}
-        parts = parsed.parts
+        with self._unrecorded():
+            parts = self._parts_of(key) or {"*": ""}  # one split per file and version, shared with `answer`
 
         def note(name: str) -> None:
             if self._consulting:
                 reads = self._consulting[-1]
-                if name == "*" or "*" in parts:
+                if "*" in parts:  # the text could not be split into parts: all of it counts
                     reads.files[key] = None
+                elif name == "*":  # every part (a search of all call sites): not the comments between them
+                    reads.facts[("parts", key, None)] = all_parts_digest(parts)
+                    reads.sources[key] = None
+                elif name.endswith(".*"):  # every method of a class (`Class.*`)
+                    prefix = name[:-1]
+                    reads.facts.update({("part", key, n): d for n, d in parts.items() if n.startswith(prefix)})
+                    reads.facts[("part", key, name[:-2])] = parts.get(name[:-2])
+                    reads.sources[key] = None
                 else:
                     reads.facts[("part", key, name)] = parts.get(name)
                     reads.sources[key] = None

@@ -741,7 +741,9 @@ def _module_at(project: Any, name: str, content: "_Content | None" = None) -> _M
             data = content.data
         else:
             try:
-                data = project.read(Path(name))
+                # what an analysis reading this module depends on is recorded where the module was
+                # found (`Project.files_mentioning`: every part of it), or it is the file itself
+                data = project.read(Path(name), noted=False)
             except OSError:
                 return None
         cached = _MODULES[name] = (stamp, _parse(data, name))

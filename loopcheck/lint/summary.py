@@ -18,7 +18,10 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,107 @@ def summarize(source: bytes, path: str) -> ModuleSummary | None:
 
 
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def summarize_parsed(module: "cst.Module", source: str, path: str) -> ModuleSummary:
+    """The summary `summarize` makes of `source`, read from its libcst tree instead (a module
+    the engine has parsed anyway: the standard parser need not read it again)."""
+    import libcst as cst
+
+    imports: list[tuple[str, int, tuple[str, ...]]] = []
+    stack: list[cst.CSTNode] = list(reversed(module.body))
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if type(small) is cst.Import:
+                    imports.extend((_cst_dotted(a.name), 0, ()) for a in small.names)
+                elif type(small) is cst.ImportFrom:
+                    names = ("*",) if type(small.names) is cst.ImportStar else tuple(_cst_dotted(a.name) for a in small.names)
+                    module_name = _cst_dotted(small.module) if small.module is not None else ""
+                    imports.append((module_name, len(small.relative), names))
+        else:
+            for part in _inner_parts(stmt):  # pushed part by part, as `summarize` does: same order
+                stack.extend(reversed(part))
+    functions: list[str] = []
+    classes: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+    exports: tuple[str, ...] | None = None
+    for stmt in module.body:
+        if type(stmt) is cst.FunctionDef:
+            functions.append(stmt.name.value)
+        elif type(stmt) is cst.ClassDef:
+            bases = tuple(_base_text(module, b) for b in stmt.bases if b.keyword is None and b.star != "**")
+            body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
+            classes.append((stmt.name.value, bases, tuple(s.name.value for s in body if type(s) is cst.FunctionDef)))
+        elif type(stmt) is cst.SimpleStatementLine:
+            for small in stmt.body:
+                if (type(small) is cst.Assign and isinstance(small.value, (cst.List, cst.Tuple))
+                        and any(type(t.target) is cst.Name and t.target.value == "__all__" for t in small.targets)):
+                    values = [_cst_string(e.value) for e in small.value.elements if type(e) is cst.Element]
+                    exports = tuple(v for v in values if v is not None)
+    words = b" ".join(set(_WORD.findall(source.encode("utf-8", "surrogatepass")))).decode("ascii").lower()
+    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), words)
+
+
+def _inner_parts(stmt: "cst.CSTNode") -> list[list]:
+    """The statements directly inside a compound statement, in the order of `ast`'s fields that
+    `summarize` walks (body, else, finally, handlers, match cases)."""
+    import libcst as cst
+
+    out: list[list] = []
+    for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
+        part = getattr(stmt, attr, None)
+        if part is None:
+            continue
+        if isinstance(part, (list, tuple)):  # handlers, cases
+            out.append(list(part))
+        elif isinstance(part, cst.If):  # `elif`: an `if` in the `else` branch
+            out.append([part])
+        elif isinstance(part, (cst.Else, cst.Finally)):
+            out.append(_suite(part.body))
+        elif isinstance(part, cst.BaseSuite):
+            out.append(_suite(part))
+    return out
+
+
+def _suite(suite: "cst.BaseSuite") -> list:
+    import libcst as cst
+
+    if isinstance(suite, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(body=suite.body)]
+    return list(suite.body)
+
+
+def _base_text(module: "cst.Module", arg: "cst.Arg") -> str:
+    """A base class as `ast.unparse` writes it (`summarize` keeps that text)."""
+    text = module.code_for_node(arg.value).strip()
+    try:
+        text = ast.unparse(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        pass
+    return f"*{text}" if arg.star == "*" else text
+
+
+def _cst_dotted(node: "cst.CSTNode") -> str:
+    import libcst as cst
+
+    if type(node) is cst.Name:
+        return node.value
+    if type(node) is cst.Attribute:
+        return f"{_cst_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def _cst_string(node: "cst.CSTNode") -> str | None:
+    import libcst as cst
+
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        try:
+            value = node.evaluated_value
+        except Exception:  # noqa: BLE001 - an odd literal is no name
+            return None
+        return value if isinstance(value, str) else None
+    return None
 
 
 class SummaryStore:
@@ -176,10 +280,11 @@ MODULE_PART = "<module>"  # the statements of a module outside its top-level fun
 
 def module_parts(text: str) -> dict[str, str] | None:
     """A digest of each part of a module: each top-level function and class by name (its
-    decorators, text and first line), and `MODULE_PART` for every other top-level statement
-    together. An analysis that read only some parts of a module depends only on those: an edit
-    elsewhere that moves no line of them leaves their digests as they were. None when Python
-    cannot parse the text."""
+    decorators, text and first line), each method of a top-level class as `Class.method`, and
+    `MODULE_PART` for every other top-level statement together. A class's own part is its text
+    with each method's lines replaced by the method's name and first line. An analysis that
+    read only some parts of a module depends only on those: an edit elsewhere that moves no line
+    of them leaves their digests as they were. None when Python cannot parse the text."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -187,10 +292,39 @@ def module_parts(text: str) -> dict[str, str] | None:
     lines = text.splitlines(keepends=True)
     pieces: dict[str, list[str]] = {}
     for stmt in tree.body:
-        start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
-        end = stmt.end_lineno or stmt.lineno
-        named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        start, end = _span(stmt)
+        if isinstance(stmt, ast.ClassDef):
+            own: list[str] = []
+            at = start
+            for inner in stmt.body:
+                if not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                first, last = _span(inner)
+                if first < at:  # shares a line with what comes before it: left in the class's part
+                    continue
+                own.append(f"{at}\0{''.join(lines[at - 1:first - 1])}\0def {inner.name}@{first}\n")
+                pieces.setdefault(f"{stmt.name}.{inner.name}", []).append(f"{first}\0{''.join(lines[first - 1:last])}")
+                at = last + 1
+            if at <= end:  # each stretch with the line it starts on (none after a last method)
+                own.append(f"{at}\0{''.join(lines[at - 1:end])}")
+            pieces.setdefault(stmt.name, []).append(f"{start}\0{''.join(own)}")
+            continue
+        named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
         key = stmt.name if named else MODULE_PART  # type: ignore[attr-defined]
         pieces.setdefault(key, []).append(f"{start}\0{''.join(lines[start - 1:end])}")
     return {key: hashlib.sha1("\0".join(texts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
             for key, texts in pieces.items()}
+
+
+def _span(stmt: ast.stmt) -> tuple[int, int]:
+    """First line (decorators included) and last line of a statement."""
+    start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+    return start, stmt.end_lineno or stmt.lineno
+
+
+def all_parts_digest(parts: dict[str, str]) -> str:
+    """One digest of every part of a module (`module_parts`): what an analysis that read all of
+    them depends on. Comments and blank lines between the parts, or after the last, are not in
+    it, unless they move a part."""
+    joined = "\0".join(f"{name}\0{digest}" for name, digest in sorted(parts.items()))
+    return hashlib.sha1(joined.encode("utf-8", "surrogatepass")).hexdigest()[:16]

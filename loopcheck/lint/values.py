@@ -399,6 +399,7 @@ class Flow:
             name = node.value
             self._read(index, name)
             if name in index.classes:
+                self._read(index, f"{name}.*")  # traced through its methods: every one of them counts
                 return Where(index, index.classes[name])
             if name in index.functions:
                 return Where(index, index.functions[name])

@@ -210,3 +210,98 @@ def test_what_each_file_saves_is_kept_by_its_content(lint, project, monkeypatch)
     digest = hashlib.sha256(edited.encode()).hexdigest()[:32]
     assert sorted(k.split(":")[0] for k in made) == ["save-calls", "saves"]
     assert all(k.split(":")[1] == digest for k in made)  # the edited file's parts, nothing else
+
+
+LOADER = "import torch\n\n\ndef load_checkpoint(path):\n    return torch.load(path)\n"
+RESUME = """\
+from loader import load_checkpoint
+
+
+def resume(model, optimizer, path):
+    state = load_checkpoint(path)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"]
+"""
+SAVER = """\
+import torch
+
+
+def save(model, optimizer, epoch, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+"""
+
+
+def test_a_comment_in_a_module_read_as_a_whole_reanalyses_only_that_module(lint, project, checked):
+    """loader.py's load is judged by the keys its callers read back (resume.py, found by the
+    word `load_checkpoint`): its analysis depends on every part of resume.py, not on comments
+    added after them; an edit to the keys it reads is a reason to analyse loader.py again."""
+    write(project / "loader.py", LOADER)
+    write(project / "resume.py", RESUME)
+    write(project / "saver.py", SAVER)
+    cold = report(lint)
+    assert ("loader.py", "LC508") not in {(f["path"], f["code"]) for f in cold["findings"]}
+    write(project / "resume.py", RESUME + "\n# resumes the run where it stopped\n")
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["resume.py"]
+    write(project / "resume.py", RESUME.replace('state["epoch"]', 'state.get("step", 0)'))
+    checked.clear()
+    again = report(lint)
+    assert sorted(checked) == ["loader.py", "resume.py"]
+    assert again == report(lint, "--no-cache")
+
+
+STEPPER = """\
+import torch
+
+
+class Stepper:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def step(self, batch, criterion):
+        self.optimizer.zero_grad()
+        loss = criterion(self.model(batch[0]), batch[1])
+        self.optimizer.step()
+        loss.backward()
+        return loss
+
+    def describe(self):
+        return f"stepper of {type(self.model).__name__}"
+"""
+STEPPER_DRIVER = """\
+import torch
+from torch import nn
+
+from stepper import Stepper
+
+
+def main(loader):
+    model = nn.Linear(8, 2)
+    stepper = Stepper(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for epoch in range(3):
+        for batch in loader:
+            stepper.step(batch, nn.CrossEntropyLoss())
+"""
+
+
+def test_an_edit_to_a_method_no_analysis_read_reanalyses_only_its_file(lint, project, checked):
+    """driver.py's model follows `Stepper.__init__` and `Stepper.step` of stepper.py: it depends
+    on those methods (and the class's own lines), not on `describe`."""
+    write(project / "stepper.py", STEPPER)
+    write(project / "driver.py", STEPPER_DRIVER)
+    cold = report(lint)
+    assert ("stepper.py", "LC102") in {(f["path"], f["code"]) for f in cold["findings"]}
+    write(project / "stepper.py", STEPPER.replace("stepper of", "stepper for"))
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["stepper.py"]
+    write(project / "stepper.py", STEPPER.replace(
+        "        self.optimizer.step()\n        loss.backward()\n", "        loss.backward()\n        self.optimizer.step()\n"))
+    checked.clear()
+    fixed = report(lint)
+    assert sorted(checked) == ["driver.py", "stepper.py"]
+    assert ("stepper.py", "LC102") not in {(f["path"], f["code"]) for f in fixed["findings"]}
+    assert fixed == report(lint, "--no-cache")

@@ -7,11 +7,12 @@ import os
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from loopcheck.lint import engine, memo
 from loopcheck.lint.project import Project, project_root
-from loopcheck.lint.summary import summarize
+from loopcheck.lint.summary import summarize, summarize_parsed
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_PROJECTS = sorted(p for p in (REPO / "fixtures").iterdir() if p.is_dir())
@@ -187,6 +188,54 @@ def test_a_summary_holds_imports_exports_definitions_and_mentions() -> None:
     assert summarize(b"def broken(:\n", "b.py") is None
 
 
+TANGLED_IMPORTS = """\
+import os, sys as system
+from .. import engine
+try:
+    import apex
+except ImportError:
+    from torch.cuda import amp as apex
+else:
+    import apex.amp
+finally:
+    import gc
+if system.version_info >= (3, 10):
+    import tomllib
+elif os.name == "nt":
+    import ntpath
+else: import posixpath
+with open(os.devnull) as fh: import json
+match os.name:
+    case "posix":
+        import fcntl
+__all__ = ["Trainer", "train" "_step", f"skip{1}"]
+
+
+class Trainer(Base[int], *mixins, metaclass=Meta):
+    async def fit(self):
+        import asyncio
+
+    @staticmethod
+    def build(): pass
+
+
+async def train_step(model):
+    from .losses import *
+"""
+
+
+@pytest.mark.parametrize("source", [TANGLED_IMPORTS, COMMON] + [
+    p for p in sorted((REPO / "fixtures").rglob("*.py"))[:40]
+], ids=lambda s: s.name if isinstance(s, Path) else "inline")
+def test_a_summary_read_from_the_libcst_tree_is_the_one_ast_makes(source) -> None:
+    """A module the engine parsed is summarised from its tree (`summarize_parsed`), with the
+    same imports in the same order, exports, definitions and words as `summarize`."""
+    text = source.read_text(encoding="utf-8") if isinstance(source, Path) else textwrap.dedent(source)
+    expected = summarize(text.encode(), "m.py")
+    assert expected is not None
+    assert summarize_parsed(cst.parse_module(text), text, "m.py") == expected
+
+
 def test_facts_live_as_long_as_the_project_holds_the_module(tmp_path: Path) -> None:
     from loopcheck.lint.syntax import module_walk
 
@@ -356,3 +405,77 @@ def test_a_flag_of_a_followed_module_is_folded_unless_a_function_declares_it_glo
     assert driver in [Path(p) for p in project.dependents(tmp_path / "steps.py")]
     codes = {f.code for f in engine.check_file(tmp_path / "steps.py", project=project).findings}
     assert ("LC102" in codes) is rebound  # folded away, here and in driver.py's loop, while nothing can turn it on
+
+
+def test_a_module_read_as_a_whole_depends_on_its_parts_not_on_comments_after_them(tmp_path: Path) -> None:
+    """An analysis that reads every part of a followed module (a search of all its call sites)
+    records one question, the digest of all parts: a comment appended leaves the answer as it
+    was, an edit to a function's body or a new function changes it."""
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    helpers = write(tmp_path / "helpers.py", """\
+        def scale(lr, factor):
+            return lr * factor
+
+
+        def warmup(step):
+            return scale(0.1, min(1.0, step / 100))
+        """)
+    original = helpers.read_text()
+    project = Project([tmp_path])
+    parsed = project.parse(helpers, whole=False)
+    with project.consulting() as reads:
+        project.part_reader(parsed)("*")
+    assert reads.files == {}  # not the whole text
+    assert list(reads.facts) == [("parts", os.path.abspath(helpers), None)]
+    sources = {p: project.stamp(Path(p)) for p in reads.sources}
+
+    def still() -> bool:
+        return project.still({}, reads.facts, sources)
+
+    helpers.write_text(original + "\n# kept for the old configs\n")
+    os.utime(helpers, ns=(1, 1))  # a new stamp even within the file system's time resolution
+    assert still()
+    helpers.write_text(original.replace("min(1.0, step / 100)", "min(1.0, step / 200)"))
+    os.utime(helpers, ns=(2, 2))
+    assert not still()
+    helpers.write_text(original + "\n\ndef cooldown(step):\n    return 0.0\n")
+    os.utime(helpers, ns=(3, 3))
+    assert not still()
+
+
+def test_each_method_of_a_class_is_a_part_and_the_class_keeps_its_own_lines() -> None:
+    """`module_parts`: a class's part is its own lines (methods replaced by their name and first
+    line); each method is `Class.method`. An edit inside one method changes that method's part,
+    and those of whatever it moves down; a class attribute edit changes the class's part."""
+    from loopcheck.lint.summary import module_parts
+
+    source = textwrap.dedent('''\
+        class Recorder:
+            """Keeps the recent losses."""
+            window = 10
+
+            def add(self, loss):
+                self.losses.append(loss)
+
+            @property
+            def mean(self):
+                return sum(self.losses) / len(self.losses)
+
+
+        def train(recorder):
+            recorder.add(1.0)
+        ''')
+    parts = module_parts(source)
+    assert parts is not None and {"Recorder", "Recorder.add", "Recorder.mean", "train"} <= set(parts)
+
+    def changed(edited: str) -> list[str]:
+        after = module_parts(edited)
+        assert after is not None
+        return sorted(k for k in set(parts) | set(after) if parts.get(k) != after.get(k))
+
+    assert changed(source.replace("/ len(self.losses)", "/ max(1, len(self.losses))")) == ["Recorder.mean"]
+    assert changed(source.replace("self.losses.append(loss)", "self.losses.append(float(loss))")) == ["Recorder.add"]
+    assert changed(source.replace("self.losses.append(loss)\n", "self.losses.append(loss)\n        del self.losses[:-10]\n")) == [
+        "Recorder", "Recorder.add", "Recorder.mean", "train"]  # moved down: their lines changed
+    assert changed(source.replace("window = 10", "window = 20")) == ["Recorder"]
+    assert changed(source + "\n\n# the end\n") == []

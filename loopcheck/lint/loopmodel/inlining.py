@@ -456,6 +456,7 @@ def _inherited_entries(cls: _Class, self_called: set[str]) -> list[tuple[cst.Fun
 def _self_called_in(cls: _Class) -> set[str]:
     """Names the class's methods call as `self.name(...)`, `cls.name(...)` or `super().name(...)`
     (found once per class and run, from its nodes: rendering a whole class costs more)."""
+    cls.read_whole()
     table = fact(cls.unit.module, "self_called", dict)
     found = table.get(id(cls.node))
     if found is None:

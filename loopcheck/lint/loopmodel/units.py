@@ -27,10 +27,18 @@ class _Class:
         self.node = node
         self.unit = unit
         self.bases = [b for b in (_dotted(a.value) for a in node.bases if not a.keyword) if b]
-        self.methods: dict[str, cst.FunctionDef] = {}
+        # of a followed module, each method read is a part of it (`Class.method`)
+        note = unit.note
+        self.methods: dict[str, cst.FunctionDef] = (
+            _Noted(lambda method: note(f"{name}.{method}")) if note is not None else {})
         for stmt in node.body.body:
             if type(stmt) is cst.FunctionDef:
                 self.methods[stmt.name.value] = stmt
+
+    def read_whole(self) -> None:
+        """The analysis reads every method of the class (its whole node), not one by one."""
+        if type(self.methods) is _Noted:
+            self.methods._everything()
 
     def base_classes(self, seen: set[int] | None = None) -> list["_Class"]:
         seen = seen if seen is not None else {id(self)}
