@@ -99,6 +99,8 @@ def summarize_parsed(module: "cst.Module", source: str, path: str) -> ModuleSumm
     the engine has parsed anyway: the standard parser need not read it again)."""
     import libcst as cst
 
+    from loopcheck.lint.values import dotted, string_value  # (values reads this module's MODULE_PART)
+
     imports: list[tuple[str, int, tuple[str, ...]]] = []
     stack: list[cst.CSTNode] = list(reversed(module.body))
     while stack:
@@ -106,10 +108,11 @@ def summarize_parsed(module: "cst.Module", source: str, path: str) -> ModuleSumm
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if type(small) is cst.Import:
-                    imports.extend((_cst_dotted(a.name), 0, ()) for a in small.names)
+                    imports.extend((dotted(a.name) or "", 0, ()) for a in small.names)
                 elif type(small) is cst.ImportFrom:
-                    names = ("*",) if type(small.names) is cst.ImportStar else tuple(_cst_dotted(a.name) for a in small.names)
-                    module_name = _cst_dotted(small.module) if small.module is not None else ""
+                    star = type(small.names) is cst.ImportStar
+                    names = ("*",) if star else tuple(dotted(a.name) or "" for a in small.names)
+                    module_name = (dotted(small.module) or "") if small.module is not None else ""
                     imports.append((module_name, len(small.relative), names))
         else:
             for part in _inner_parts(stmt):  # pushed part by part, as `summarize` does: same order
@@ -128,7 +131,7 @@ def summarize_parsed(module: "cst.Module", source: str, path: str) -> ModuleSumm
             for small in stmt.body:
                 if (type(small) is cst.Assign and isinstance(small.value, (cst.List, cst.Tuple))
                         and any(type(t.target) is cst.Name and t.target.value == "__all__" for t in small.targets)):
-                    values = [_cst_string(e.value) for e in small.value.elements if type(e) is cst.Element]
+                    values = [string_value(e.value) for e in small.value.elements if type(e) is cst.Element]
                     exports = tuple(v for v in values if v is not None)
     words = b" ".join(set(_WORD.findall(source.encode("utf-8", "surrogatepass")))).decode("ascii").lower()
     return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), words)
@@ -171,28 +174,6 @@ def _base_text(module: "cst.Module", arg: "cst.Arg") -> str:
     except (SyntaxError, ValueError, RecursionError):
         pass
     return f"*{text}" if arg.star == "*" else text
-
-
-def _cst_dotted(node: "cst.CSTNode") -> str:
-    import libcst as cst
-
-    if type(node) is cst.Name:
-        return node.value
-    if type(node) is cst.Attribute:
-        return f"{_cst_dotted(node.value)}.{node.attr.value}"
-    return ""
-
-
-def _cst_string(node: "cst.CSTNode") -> str | None:
-    import libcst as cst
-
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-        try:
-            value = node.evaluated_value
-        except Exception:  # noqa: BLE001 - an odd literal is no name
-            return None
-        return value if isinstance(value, str) else None
-    return None
 
 
 class SummaryStore:

@@ -80,6 +80,17 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
 _DOTTED_KIND: dict[type, int] = {}
 
 
+def string_value(node: cst.CSTNode | None) -> str | None:
+    """The value of a string literal (implicitly concatenated ones too), else None."""
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        try:
+            value = node.evaluated_value
+        except Exception:  # noqa: BLE001 - odd literals are simply not understood
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
 def code_of(node: cst.CSTNode) -> str:
     """The source text of a node."""
     return cst.Module([]).code_for_node(node)

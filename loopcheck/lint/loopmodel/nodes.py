@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from loopcheck.lint.syntax import child_nodes, walk_pruned
-from loopcheck.lint.values import dotted
+from loopcheck.lint.values import dotted, string_value
 
 if TYPE_CHECKING:
     from loopcheck.lint.loopmodel.units import _Unit
@@ -49,13 +49,7 @@ STRING_ARGUMENT = "str:"
 
 
 def _string(node: cst.BaseExpression | None) -> str | None:
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-        try:
-            value = node.evaluated_value
-        except Exception:  # noqa: BLE001 - odd literals are simply not understood
-            return None
-        return value if isinstance(value, str) else None
-    return None
+    return string_value(node)
 
 
 def _kw(call: cst.Call, name: str) -> cst.BaseExpression | None:
