@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from loopcheck.lint.loopmodel.torch_api import SAVE_RECEIVERS
-from loopcheck.lint.summary import content_digest
+from loopcheck.lint.summary import ast_tree, content_digest
 
 _HOLE = "{}"
 _MAX = 24  # templates kept per expression
@@ -711,10 +711,8 @@ def _reads_saved(keys: set[str], saved: frozenset[str]) -> bool:
 
 
 def _parse(source: bytes | str, path: str) -> _Module | None:
-    try:
-        return _Module(ast.parse(source, filename=path))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    tree = ast_tree(source)
+    return _Module(tree) if tree is not None else None
 
 
 # ---- the project --------------------------------------------------------------------------------

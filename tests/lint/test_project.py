@@ -88,6 +88,45 @@ def test_linting_one_file_parses_each_module_it_needs_once(many_importers: Path)
     assert max(project.parses.values()) == 1, project.parses
 
 
+def test_each_text_is_read_by_the_standard_parser_once_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary, the parts of a followed module, what a project saves and where statements
+    start all read one `ast` tree per text."""
+    import ast
+    import hashlib
+
+    from loopcheck.lint import summary
+
+    summary._TREES.clear()
+    parse, parsed = ast.parse, []
+
+    def counting(source, filename="<unknown>", mode="exec", **kwargs):  # type: ignore[no-untyped-def]
+        if mode == "exec":  # `literal_eval` reads expressions through it too
+            text = source.encode("utf-8") if isinstance(source, str) else source
+            parsed.append(hashlib.sha256(text).hexdigest())
+        return parse(source, filename, mode, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counting)
+    for unit in FIXTURE_PROJECTS:
+        engine._PROJECTS.clear()
+        engine.check_files(sorted(unit.rglob("*.py")), jobs=1)
+    assert parsed
+    assert len(parsed) == len(set(parsed))
+
+
+def test_a_declared_encoding_keeps_its_own_tree() -> None:
+    """Bytes declaring Latin-1 read as another text than the same bytes read as UTF-8."""
+    from loopcheck.lint.summary import ast_tree
+
+    text = 'name = "caf\u00e9"\n'
+    declared = ("# -*- coding: latin-1 -*-\n" + text).encode("utf-8")
+    as_utf8 = ast_tree(declared.decode("utf-8"))
+    as_latin1 = ast_tree(declared)
+    assert as_utf8 is not None and as_latin1 is not None
+    assert as_utf8.body[0].value.value == "caf\u00e9"  # type: ignore[attr-defined]
+    assert as_latin1.body[0].value.value == "caf\u00c3\u00a9"  # type: ignore[attr-defined]
+    assert ast_tree(text) is ast_tree(text.encode("utf-8"))
+
+
 @pytest.mark.parametrize("unit", FIXTURE_PROJECTS, ids=lambda p: p.name)
 def test_a_file_gets_the_same_findings_alone_or_with_its_project(unit: Path) -> None:
     files = sorted(unit.rglob("*.py"))
