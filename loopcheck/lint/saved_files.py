@@ -730,7 +730,7 @@ _MODULES: "dict[str, tuple[Any, _Module | None]]" = {}  # file -> (its stamp, it
 def _module_at(project: Any, name: str, content: "_Content | None" = None) -> _Module | None:
     """The module of a project file, parsed once per version of its text (from `content` when
     the caller has read it)."""
-    stamp = content.stamp if content is not None else project.stamp(Path(name))  # an open buffer's version too
+    stamp = content.stamp if content is not None else project.stamp(name)  # an open buffer's version too
     cached = _MODULES.get(name)
     if cached is None or cached[0] != stamp:
         if len(_MODULES) > 4096:
@@ -757,7 +757,7 @@ class _Content:
 
 def _content(project: Any, name: str) -> _Content | None:
     """What a project file holds now; None when it cannot be read."""
-    stamp = project.stamp(Path(name))
+    stamp = project.stamp(name)
     try:
         data = project.read(Path(name))
     except OSError:
@@ -787,7 +787,7 @@ def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helpe
     an edit only the edited file's part is worked out again (in a new process too, while the
     lint cache keeps the parts: `Project.derived_part`)."""
     files = project.files_mentioning("save")
-    stamps = tuple((f, project.stamp(Path(f))) for f in files)
+    stamps = tuple((f, project.stamp(f)) for f in files)
     cached = project.derived.get("saved_files")
     if cached is not None and cached[0] == stamps:
         return cached[1], cached[2]

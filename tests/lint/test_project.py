@@ -366,6 +366,58 @@ def test_a_kept_analysis_stays_while_nothing_it_read_changes(tmp_path: Path, mon
     assert sorted(analysed) == ["driver.py", "steps.py"]
 
 
+def test_a_run_reads_each_files_stamp_once_and_the_next_run_afresh(tmp_path: Path) -> None:
+    from loopcheck.lint.project import steady_files
+
+    path = write(tmp_path / "m.py", "x = 1\n")
+    project = Project([tmp_path])
+    with steady_files():
+        first = project.stamp(path)
+        path.write_text("x = 22\n", encoding="utf-8")
+        with steady_files():  # part of the same run
+            assert project.stamp(str(path)) == project.stamp(path) == first
+    assert project.stamp(path) != first
+    with steady_files():
+        assert project.stamp(path) == (len("x = 22\n"), os.stat(path).st_mtime_ns)
+
+
+def test_a_project_kept_across_checks_sees_a_module_saved_in_between(tmp_path: Path) -> None:
+    """As the language server and `--watch` keep it: a file saved on disk between two checks is
+    read again in the second."""
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    steps = write(tmp_path / "steps.py", """\
+        def train_step(model, batch, optimizer, criterion):
+            optimizer.zero_grad()
+            loss = criterion(model(batch[0]), batch[1])
+            optimizer.step()
+            loss.backward()
+        """)
+    write(tmp_path / "driver.py", """\
+        import torch
+        from torch import nn
+
+        from steps import train_step
+
+
+        def main(loader):
+            model = nn.Linear(8, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for batch in loader:
+                    train_step(model, batch, optimizer, nn.CrossEntropyLoss())
+        """)
+    project = Project([tmp_path])
+
+    def codes_in_steps() -> list[str]:
+        return [f.code for f in engine.check_file(steps, project=project).findings]
+
+    assert "LC102" in codes_in_steps()  # made by driver.py's model, located in steps.py
+    steps.write_text(steps.read_text().replace(
+        "    optimizer.step()\n    loss.backward()\n", "    # the step uses this batch's gradients\n"
+        "    loss.backward()\n    optimizer.step()\n"), encoding="utf-8")
+    assert "LC102" not in codes_in_steps()
+
+
 @pytest.mark.parametrize("rebound", [False, True])
 def test_a_flag_of_a_followed_module_is_folded_unless_a_function_declares_it_global(tmp_path: Path, rebound: bool) -> None:
     write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
