@@ -575,6 +575,10 @@ def _collector_relaxed() -> Iterator[None]:
     try:
         yield
     finally:
+        # The trees the analysis keeps for the run go to the oldest generation unexamined: the
+        # first collection under the old thresholds would otherwise walk all of them at once.
+        gc.freeze()
+        gc.unfreeze()
         gc.set_threshold(*old)
 
 
