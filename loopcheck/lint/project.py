@@ -131,6 +131,9 @@ class Project:
         self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
         self._stamps: dict[str, tuple[int, int] | None] = {}  # path as asked -> stamp, for the run `_stamps_of`
         self._stamps_of: object = None
+        # ("search" or "count", path, pattern) -> (stamp, answer): asked by the analysis of each
+        # file that follows the module
+        self._searches: dict[tuple[str, str, Any], tuple[Any, Any]] = {}
 
     @classmethod
     def for_path(cls, path: str | Path) -> "Project":
@@ -593,11 +596,19 @@ class Project:
                 return parts.get(arg) if parts is not None else "*"
             if kind == "derived":
                 return _derive(arg, self)[1]
+            stamp = self.stamp(path)
+            kept = self._searches.get((kind, path, arg))
+            if kept is not None and kept[0] == stamp:
+                return kept[1]
             text = self.text(Path(path))
-            if text is None:
-                return None
-            pattern = re.compile(arg[0], arg[1])
-            return bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
+            found = None
+            if text is not None:
+                pattern = re.compile(arg[0], arg[1])
+                found = bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
+            if len(self._searches) > _MAX_FILES:
+                self._searches.clear()
+            self._searches[(kind, path, arg)] = (stamp, found)
+            return found
 
     def derived_value(self, name: str) -> Any:
         """A fact derived from many files of the project (`DERIVED`), recorded for the analysis
