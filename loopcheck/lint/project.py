@@ -662,15 +662,26 @@ class Project:
         if parsed.parts is None:
             parsed.parts = module_parts(parsed.source) or {"*": ""}
         parts = parsed.parts
+        whole = "*" in parts
+        consulting = self._consulting
+        noted: dict[str, None] = {}  # names noted for `last[0]` (the model asks for each many times)
+        last: list[Reads | None] = [None]
 
         def note(name: str) -> None:
-            if self._consulting:
-                reads = self._consulting[-1]
-                if name == "*" or "*" in parts:
-                    reads.files[key] = None
-                else:
-                    reads.facts[("part", key, name)] = parts.get(name)
-                    reads.sources[key] = None
+            if not consulting:
+                return
+            reads = consulting[-1]
+            if reads is not last[0] or reads is _DISCARDED:
+                last[0] = reads
+                noted.clear()
+            elif name in noted:
+                return
+            noted[name] = None
+            if whole or name == "*":
+                reads.files[key] = None
+            else:
+                reads.facts[("part", key, name)] = parts.get(name)
+                reads.sources[key] = None
 
         return note
 
