@@ -200,9 +200,33 @@ def module_parts(text: str) -> dict[str, str] | None:
 
 # ---- one `ast` tree per text ----------------------------------------------------------------------
 
-_TREES: "OrderedDict[tuple[bool, str], tuple[ast.Module | None, int]]" = OrderedDict()
-_TREES_BUDGET = 4_000_000  # bytes of source whose trees are kept (a tree takes some 30 times more)
-_held = [0]
+class _RecentTrees:
+    """The `ast` trees of the texts asked for last, within a budget of source bytes (a tree takes
+    some 30 times its text)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0
+        self.trees: "OrderedDict[tuple[bool, str], tuple[ast.Module | None, int]]" = OrderedDict()
+
+    def get(self, key: tuple[bool, str]) -> "tuple[ast.Module | None, int] | None":
+        found = self.trees.get(key)
+        if found is not None:
+            self.trees.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[bool, str], tree: ast.Module | None, size: int) -> None:
+        self.trees[key] = (tree, size)
+        self.held += size
+        while self.held > self.budget and len(self.trees) > 1:
+            self.held -= self.trees.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        self.trees.clear()
+        self.held = 0
+
+
+_TREES = _RecentTrees(4_000_000)
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
 
 
@@ -214,7 +238,6 @@ def ast_tree(source: str | bytes) -> ast.Module | None:
     key = _tree_key(source)
     found = _TREES.get(key)
     if found is not None:
-        _TREES.move_to_end(key)
         return found[0]
     try:
         with warnings.catch_warnings():
@@ -222,10 +245,7 @@ def ast_tree(source: str | bytes) -> ast.Module | None:
             tree: ast.Module | None = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         tree = None
-    _TREES[key] = (tree, len(source))
-    _held[0] += len(source)
-    while _held[0] > _TREES_BUDGET and len(_TREES) > 1:
-        _held[0] -= _TREES.popitem(last=False)[1][1]
+    _TREES.put(key, tree, len(source))
     return tree
 
 
