@@ -19,6 +19,7 @@ and rules that fail, become `LintError` entries while the rest still runs.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import os
 import re
@@ -27,7 +28,7 @@ import tokenize
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from loopcheck.findings import Finding
 from loopcheck.lint.discovery import discover  # noqa: F401  (re-exported: discovery lives there)
@@ -47,6 +48,8 @@ _RELEVANT_WORDS = (
     "torch", "zero_grad", "no_grad", "inference_mode", "dataloader", "state_dict", "set_epoch", "gradscaler",
     "lightning", "deepspeed", "transformers", "timm",
 )
+
+T = TypeVar("T")
 
 _RECURSION_FLOOR = 10_000  # deep but legal nesting is walked recursively by libcst and the model
 
@@ -183,6 +186,21 @@ def _syntax_error(exc: cst.ParserSyntaxError, text: str, path: str) -> LintError
     return LintError(path, exc.raw_line, f"syntax error: {message} (column {exc.raw_column + 1})")
 
 
+def _one_run(check: Callable[..., T]) -> Callable[..., T]:
+    """`check` is one run of the engine: the files on disk are taken as unchanged while it runs
+    (`project.steady_files`: each file's size and time are read once)."""
+
+    @functools.wraps(check)
+    def run(*args: Any, **kwargs: Any) -> T:
+        from loopcheck.lint.project import steady_files
+
+        with steady_files():
+            return check(*args, **kwargs)
+
+    return run
+
+
+@_one_run
 def check_source(
     source: str | bytes,
     path: str,
@@ -557,6 +575,10 @@ def _collector_relaxed() -> Iterator[None]:
     try:
         yield
     finally:
+        # The trees the analysis keeps for the run go to the oldest generation unexamined: the
+        # first collection under the old thresholds would otherwise walk all of them at once.
+        gc.freeze()
+        gc.unfreeze()
         gc.set_threshold(*old)
 
 
@@ -585,6 +607,7 @@ class AnalysisStore(Protocol):
         """Answers given in this run by analyses made in it: current, so not asked again."""
 
 
+@_one_run
 def check_files(
     files: Sequence[str | Path], *, enabled: Callable[[str], bool] = _everything, jobs: int | None = None,
     promise_fixes: bool = False, store: AnalysisStore | None = None,

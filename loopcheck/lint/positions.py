@@ -14,7 +14,6 @@ character (the SARIF convention), so a one-character node at column 5 ends at co
 from __future__ import annotations
 
 import ast
-import warnings
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
@@ -24,6 +23,7 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 
 from loopcheck.lint.memo import fact, facts, known
+from loopcheck.lint.summary import ast_tree
 
 if TYPE_CHECKING:
     from loopcheck.lint.context import FileContext
@@ -491,9 +491,9 @@ class StatementPositions:
 
     def _ast_tree(self) -> ast.Module:
         if self._tree is None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # invalid escapes and the like are not ours to report
-                self._tree = ast.parse(self.source)
+            self._tree = ast_tree(self.source)
+            if self._tree is None:
+                raise _Fallback
         return self._tree
 
 

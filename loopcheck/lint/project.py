@@ -70,13 +70,29 @@ def _package_root(directory: Path) -> Path:
     return root
 
 
-def file_stamp(path: Path) -> tuple[int, int] | None:
+def file_stamp(path: Path | str) -> tuple[int, int] | None:
     """(size, modification time) of a file, None when it cannot be read: a cheap "changed?"."""
     try:
-        st = path.stat()
-    except OSError:
+        st = os.stat(path)
+    except (OSError, ValueError):
         return None
     return st.st_size, st.st_mtime_ns
+
+
+_STEADY: list[object] = []  # while a run of the engine lasts: a token of that run
+
+
+@contextmanager
+def steady_files() -> Iterator[None]:
+    """Take the files on disk as unchanged while the block runs (one run of the engine): each
+    project reads a file's size and time once, in this process and in the worker processes it
+    forks. Open buffers (`Project.overlay`) still count at once. A block inside another is part
+    of it; a project kept across runs (the server, `--watch`) reads every file afresh in the next."""
+    if _STEADY:
+        yield
+        return
+    with in_use(_STEADY, object()):
+        yield
 
 
 class Project:
@@ -114,6 +130,11 @@ class Project:
         self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, tuple[list, list], dict]] = {}
         self._consulting: list[Reads] = []  # open analyses: what each has read
         self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
+        self._stamps: dict[str, tuple[int, int] | None] = {}  # path as asked -> stamp, for the run `_stamps_of`
+        self._stamps_of: object = None
+        # ("search" or "count", path, pattern) -> (stamp, answer): asked by the analysis of each
+        # file that follows the module
+        self._searches: dict[tuple[str, str, Any], tuple[Any, Any]] = {}
 
     @classmethod
     def for_path(cls, path: str | Path) -> "Project":
@@ -254,20 +275,35 @@ class Project:
         if self._consulting:
             self._consulting[-1].files.update(dict.fromkeys(os.path.abspath(p) for p in paths))
 
-    def stamp(self, path: Path) -> tuple[int, int] | None:
+    def stamp(self, path: Path | str) -> tuple[int, int] | None:
         """What changes when the text this project reads for `path` changes (an open buffer's
-        version, else the file's size and time); None when it cannot be read."""
-        found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
-        return (-1, found[0]) if found is not None else file_stamp(path)
+        version, else the file's size and time, read once per run: `steady_files`); None when it
+        cannot be read."""
+        if self._overlays:
+            found = self._overlays.get(os.path.abspath(path))
+            if found is not None:
+                return -1, found[0]
+        if not _STEADY:
+            return file_stamp(path)
+        if self._stamps_of is not _STEADY[0]:
+            self._stamps, self._stamps_of = {}, _STEADY[0]
+        key = os.fspath(path)
+        stamp = self._stamps.get(key, _MISSING)
+        if stamp is _MISSING:
+            stamp = self._stamps[key] = file_stamp(path)
+        return stamp  # type: ignore[return-value]
 
-    def read(self, path: Path, *, noted: bool = True) -> bytes:
+    def read(self, path: Path | str, *, noted: bool = True) -> bytes:
         """The bytes of `path` as this project sees them (an open buffer's, else the file's).
         `noted`: the analysis reading depends on all of them (else the caller records what it
         depends on)."""
         if noted:
             self._note(path)
         found = self._overlays.get(os.path.abspath(path)) if self._overlays else None
-        return found[1].encode("utf-8", "surrogatepass") if found is not None else path.read_bytes()
+        if found is not None:
+            return found[1].encode("utf-8", "surrogatepass")
+        with open(path, "rb") as fh:
+            return fh.read()
 
     # ---- parsed modules ------------------------------------------------------------------------
 
@@ -325,13 +361,13 @@ class Project:
     def parsed_as(self, path: str, source: str) -> "cst.Module | None":
         """The module this project already parsed from `path`, when its text is `source`."""
         cached = self._parsed.get(os.path.abspath(path))
-        if cached is None or cached[1] is None or cached[1].source != source or cached[0] != self.stamp(Path(path)):
+        if cached is None or cached[1] is None or cached[1].source != source or cached[0] != self.stamp(path):
             return None
         return cached[1].module
 
     def remember(self, path: str, source: str, module: cst.Module) -> None:
         """Register a module the engine has already parsed, so it is not parsed a second time."""
-        stamp = self.stamp(Path(path))
+        stamp = self.stamp(path)
         if stamp is None:
             return
         memo.pin(module)
@@ -365,7 +401,7 @@ class Project:
 
     # ---- summaries ----------------------------------------------------------------------------
 
-    def summary(self, path: Path) -> ModuleSummary | None:
+    def summary(self, path: Path | str) -> ModuleSummary | None:
         """The module summary of `path` (None when it cannot be read or parsed)."""
         key = os.path.abspath(path)
         self._note(key)
@@ -410,7 +446,7 @@ class Project:
         while self._edited:
             self.summary(Path(self._edited.pop()))
 
-    def imports_of(self, path: Path, source: bytes | None = None) -> list[Path]:
+    def imports_of(self, path: Path | str, source: bytes | None = None) -> list[Path]:
         """The project's own modules that `path` imports directly (resolved, never `path`);
         from `source` instead of the file's contents when given."""
         return self._imports_resolved(path, source)[1]
@@ -418,10 +454,10 @@ class Project:
     def _absent_imports(self, path: Path | str) -> tuple[str, ...]:
         """Where `path`'s imports were looked for before the files they resolved to, and found
         nothing: a module created there changes what it imports."""
-        return self._imports_resolved(Path(path))[2]
+        return self._imports_resolved(path)[2]
 
     def _imports_resolved(
-        self, path: Path, source: bytes | None = None,
+        self, path: Path | str, source: bytes | None = None,
     ) -> tuple[ModuleSummary | None, list[Path], tuple[str, ...]]:
         summary = self.summary(path) if source is None else summarize(source, str(path))
         if summary is None:
@@ -431,7 +467,7 @@ class Project:
             found = self._imports[id(summary)] = (summary, *self._imports_in(path, summary))
         return found
 
-    def _imports_in(self, path: Path, summary: ModuleSummary) -> tuple[list[Path], tuple[str, ...]]:
+    def _imports_in(self, path: Path | str, summary: ModuleSummary) -> tuple[list[Path], tuple[str, ...]]:
         here = str(path)
         real = os.path.realpath(here)
         found: dict[Path, None] = {}
@@ -459,7 +495,7 @@ class Project:
             queue = [key]
             while queue:
                 current = queue.pop(0)
-                for dep in self.imports_of(Path(current)):
+                for dep in self.imports_of(current):
                     name = str(dep)
                     if name not in seen:
                         seen[name] = None
@@ -505,7 +541,7 @@ class Project:
             word = here.parent.name if here.name == "__init__.py" else here.stem
             found = []
             for name in self._holding(word):
-                if name != target and any(str(dep) == target for dep in self.imports_of(Path(name))):
+                if name != target and any(str(dep) == target for dep in self.imports_of(name)):
                     found.append(name)
             self._importers[target] = found
         return self._importers[target]
@@ -556,8 +592,8 @@ class Project:
         with the stamps of the file and of the project files the analysis read."""
         key = os.path.abspath(path)
         reads = reads or Reads()
-        stamps = {p: self.stamp(Path(p)) for p in (key, *reads.files)}
-        sources = {p: self.stamp(Path(p)) for p in reads.sources}
+        stamps = {p: self.stamp(p) for p in (key, *reads.files)}
+        sources = {p: self.stamp(p) for p in reads.sources}
         self._findings[(key, codes)] = (stamps, dict(reads.facts), findings, sources)
 
     def findings_of(self, path: str, codes: tuple[str, ...]) -> tuple[list, list] | None:
@@ -575,9 +611,9 @@ class Project:
     def still(self, stamps: dict[str, Any], facts: dict[tuple[str, str, Any], Any], sources: dict[str, Any]) -> bool:
         """Whether files have these stamps and questions about them get these answers (asked
         again only when a file they were answered from has changed)."""
-        if any(self.stamp(Path(p)) != stamp for p, stamp in stamps.items()):
+        if any(self.stamp(p) != stamp for p, stamp in stamps.items()):
             return False
-        if all(self.stamp(Path(p)) == stamp for p, stamp in sources.items()):
+        if all(self.stamp(p) == stamp for p, stamp in sources.items()):
             return True
         return all(self.answer(*question) == answer for question, answer in facts.items())
 
@@ -604,11 +640,19 @@ class Project:
                 return list(self._holding(arg))
             if kind == "derived":
                 return _derive(arg, self)[1]
+            stamp = self.stamp(path)
+            kept = self._searches.get((kind, path, arg))
+            if kept is not None and kept[0] == stamp:
+                return kept[1]
             text = self.text(Path(path))
-            if text is None:
-                return None
-            pattern = re.compile(arg[0], arg[1])
-            return bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
+            found = None
+            if text is not None:
+                pattern = re.compile(arg[0], arg[1])
+                found = bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
+            if len(self._searches) > _MAX_FILES:
+                self._searches.clear()
+            self._searches[(kind, path, arg)] = (stamp, found)
+            return found
 
     def derived_value(self, name: str) -> Any:
         """A fact derived from many files of the project (`DERIVED`), recorded for the analysis
@@ -662,23 +706,33 @@ class Project:
         key = os.path.abspath(parsed.path)
         with self._unrecorded():
             parts = self._parts_of(key) or {"*": ""}  # one split per file and version, shared with `answer`
+        whole = "*" in parts  # the text could not be split into parts: all of it counts
+        consulting = self._consulting
+        noted: dict[str, None] = {}  # names noted for `last[0]` (the model asks for each many times)
+        last: list[Reads | None] = [None]
 
         def note(name: str) -> None:
-            if self._consulting:
-                reads = self._consulting[-1]
-                if "*" in parts:  # the text could not be split into parts: all of it counts
-                    reads.files[key] = None
-                elif name == "*":  # every part (a search of all call sites): not the comments between them
-                    reads.facts[("parts", key, None)] = all_parts_digest(parts)
-                    reads.sources[key] = None
-                elif name.endswith(".*"):  # every method of a class (`Class.*`)
-                    prefix = name[:-1]
-                    reads.facts.update({("part", key, n): d for n, d in parts.items() if n.startswith(prefix)})
-                    reads.facts[("part", key, name[:-2])] = parts.get(name[:-2])
-                    reads.sources[key] = None
-                else:
-                    reads.facts[("part", key, name)] = parts.get(name)
-                    reads.sources[key] = None
+            if not consulting:
+                return
+            reads = consulting[-1]
+            if reads is not last[0] or reads is _DISCARDED:
+                last[0] = reads
+                noted.clear()
+            elif name in noted:
+                return
+            noted[name] = None
+            if whole:
+                reads.files[key] = None
+                return
+            reads.sources[key] = None
+            if name == "*":  # every part (a search of all call sites): not the comments between them
+                reads.facts[("parts", key, None)] = all_parts_digest(parts)
+            elif name.endswith(".*"):  # every method of a class (`Class.*`), and its own lines
+                prefix = name[:-1]
+                reads.facts.update({("part", key, n): d for n, d in parts.items() if n.startswith(prefix)})
+                reads.facts[("part", key, name[:-2])] = parts.get(name[:-2])
+            else:
+                reads.facts[("part", key, name)] = parts.get(name)
 
         return note
 
@@ -688,7 +742,7 @@ class Project:
         return self._ask("count" if count else "search", os.path.abspath(path), (pattern.pattern, pattern.flags))
 
     def _parts_of(self, path: str) -> dict[str, str] | None:
-        stamp = self.stamp(Path(path))
+        stamp = self.stamp(path)
         found = self._parts.get(path)
         if found is None or found[0] != stamp:
             text = self.text(Path(path))
@@ -740,10 +794,10 @@ class Project:
         reaches: dict[str, bool] = {}  # what the successors (outside the node's own part) give
 
         def successors(node: str) -> list[str]:
-            return [str(d) for d in self.imports_of(Path(node))]
+            return [str(d) for d in self.imports_of(node)]
 
         def mentions(node: str) -> bool:
-            summary = self.summary(Path(node))
+            summary = self.summary(node)
             return summary is None or summary.mentions_any(words)
 
         work: list[tuple[str, list[str], int]] = [(start, successors(start), 0)]

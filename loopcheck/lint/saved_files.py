@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from loopcheck.lint.loopmodel.torch_api import SAVE_RECEIVERS
-from loopcheck.lint.summary import content_digest
+from loopcheck.lint.summary import ast_tree, content_digest
 
 _HOLE = "{}"
 _MAX = 24  # templates kept per expression
@@ -97,6 +97,16 @@ _DEFINITION_KINDS = frozenset({*_FUNCTIONS, ast.ClassDef})
 _BINDING_KINDS = frozenset({ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension, ast.withitem})
 
 
+def _ast_fields(kind: type) -> tuple[str, ...]:
+    """The fields of an `ast` node type that may hold nodes the module walk enters (a name's
+    load or store context left out: no question starts there)."""
+    found = _AST_FIELDS[kind] = tuple(f for f in getattr(kind, "_fields", ()) if f != "ctx")
+    return found
+
+
+_AST_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 class _Module:
     """Scopes, bindings and calls of one `ast` module, enough to follow a path's names."""
 
@@ -109,6 +119,8 @@ class _Module:
         self.defined: set[str] = set()  # classes and functions defined here
         self.imported: dict[str, str] = {}  # name -> the (last part of the) module it is imported from
         self.modules: set[str] = set()  # names of imported modules
+        self._names: dict[int, dict[str, list[ast.Name]]] = {}  # id(scope) -> name -> its Name nodes
+        parent = self.parent
         stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
         while stack:
             node, scope = stack.pop()
@@ -129,9 +141,27 @@ class _Module:
                     self.calls.setdefault(last, []).append(node)
             elif kind in _BINDING_KINDS:
                 self._note_binding(node, scope)
-            for child in ast.iter_child_nodes(node):
-                self.parent[id(child)] = node
-                stack.append((child, inner))
+            for field in _AST_FIELDS.get(kind) or _ast_fields(kind):
+                value = getattr(node, field, None)
+                if isinstance(value, ast.AST):
+                    parent[id(value)] = node
+                    stack.append((value, inner))
+                elif type(value) is list:
+                    for child in value:
+                        if isinstance(child, ast.AST):
+                            parent[id(child)] = node
+                            stack.append((child, inner))
+
+    def names_in(self, scope: ast.AST) -> dict[str, list[ast.Name]]:
+        """The names read or written anywhere under `scope` (nested scopes too), by name: found
+        in one walk per scope, however many loads in it ask."""
+        found = self._names.get(id(scope))
+        if found is None:
+            found = self._names[id(scope)] = {}
+            for node in ast.walk(scope):
+                if type(node) is ast.Name:
+                    found.setdefault(node.id, []).append(node)
+        return found
 
     def _note_binding(self, node: ast.AST, scope: ast.AST) -> None:
         targets: list[tuple[ast.AST, ast.AST | None]] = []
@@ -635,7 +665,7 @@ def _receivers(module: _Module, load: ast.Call) -> set[str]:
         value, parent = parent, module.parent.get(id(parent))
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
         name = parent.targets[0].id
-        uses = [n for n in ast.walk(module.scope_of(load)) if isinstance(n, ast.Name) and n.id == name]
+        uses = module.names_in(module.scope_of(load)).get(name, [])
         consumers = [module.parent.get(id(n)) for n in uses]
         consumers = [module.parent.get(id(c)) if isinstance(c, ast.Subscript) else c for c in consumers]
     else:
@@ -667,8 +697,8 @@ def _keys_read(module: _Module, value: ast.AST) -> tuple[set[str], bool]:
     name = parent.targets[0].id
     scope = module.scope_of(value)
     returned = False
-    for node in ast.walk(scope):
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+    for node in module.names_in(scope).get(name, ()):
+        if isinstance(node.ctx, ast.Load):
             key = _key_of(module, node)
             if key is not None:
                 keys.add(key)
@@ -711,10 +741,8 @@ def _reads_saved(keys: set[str], saved: frozenset[str]) -> bool:
 
 
 def _parse(source: bytes | str, path: str) -> _Module | None:
-    try:
-        return _Module(ast.parse(source, filename=path))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    tree = ast_tree(source)
+    return _Module(tree) if tree is not None else None
 
 
 # ---- the project --------------------------------------------------------------------------------
@@ -732,7 +760,7 @@ _MODULES: "dict[str, tuple[Any, _Module | None]]" = {}  # file -> (its stamp, it
 def _module_at(project: Any, name: str, content: "_Content | None" = None) -> _Module | None:
     """The module of a project file, parsed once per version of its text (from `content` when
     the caller has read it)."""
-    stamp = content.stamp if content is not None else project.stamp(Path(name))  # an open buffer's version too
+    stamp = content.stamp if content is not None else project.stamp(name)  # an open buffer's version too
     cached = _MODULES.get(name)
     if cached is None or cached[0] != stamp:
         if len(_MODULES) > 4096:
@@ -761,7 +789,7 @@ class _Content:
 
 def _content(project: Any, name: str) -> _Content | None:
     """What a project file holds now; None when it cannot be read."""
-    stamp = project.stamp(Path(name))
+    stamp = project.stamp(name)
     try:
         data = project.read(Path(name))
     except OSError:
@@ -791,7 +819,7 @@ def _project_saves(project: Any) -> tuple[list[SavedFile], dict[str, list[_Helpe
     an edit only the edited file's part is worked out again (in a new process too, while the
     lint cache keeps the parts: `Project.derived_part`)."""
     files = project.files_mentioning("save")
-    stamps = tuple((f, project.stamp(Path(f))) for f in files)
+    stamps = tuple((f, project.stamp(f)) for f in files)
     cached = project.derived.get("saved_files")
     if cached is not None and cached[0] == stamps:
         return cached[1], cached[2]

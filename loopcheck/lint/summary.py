@@ -1,7 +1,8 @@
 """Module summaries: what the rest of a project needs to know about a module without its tree.
 
 A summary is plain, picklable data read with the standard `ast` parser (several times cheaper
-than libcst, and only its statements are walked): the module's imports (for the import graph and
+than libcst, and only its statements are walked; `ast_tree` parses a text once per process for
+everything that reads it that way): the module's imports (for the import graph and
 the cache's dependencies), `__all__`, the functions and classes it defines, and the words of its
 text (for the cheap "could tracing from here ever meet a softmax?" tests). Whether a module must be parsed with
 libcst, and which files a cached result depends on, are decided from summaries alone.
@@ -10,11 +11,14 @@ libcst, and which files a cached result depends on, are decided from summaries a
 from __future__ import annotations
 
 import ast
+import codecs
 import hashlib
 import json
 import os
 import re
 import tempfile
+import warnings
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +56,8 @@ class ModuleSummary:
 
 def summarize(source: bytes, path: str) -> ModuleSummary | None:
     """The summary of one module's source (None when Python cannot parse it)."""
-    try:
-        tree = ast.parse(source, filename=path)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = ast_tree(source)
+    if tree is None:
         return None
     imports: list[tuple[str, int, tuple[str, ...]]] = []
     exports: tuple[str, ...] | None = None
@@ -266,9 +269,8 @@ def module_parts(text: str) -> dict[str, str] | None:
     with each method's lines replaced by the method's name and first line. An analysis that
     read only some parts of a module depends only on those: an edit elsewhere that moves no line
     of them leaves their digests as they were. None when Python cannot parse the text."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = ast_tree(text)
+    if tree is None:
         return None
     lines = text.splitlines(keepends=True)
     pieces: dict[str, list[str]] = {}
@@ -309,3 +311,75 @@ def all_parts_digest(parts: dict[str, str]) -> str:
     it, unless they move a part."""
     joined = "\0".join(f"{name}\0{digest}" for name, digest in sorted(parts.items()))
     return hashlib.sha1(joined.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+# ---- one `ast` tree per text ----------------------------------------------------------------------
+
+class _RecentTrees:
+    """The `ast` trees of the texts asked for last, within a budget of source bytes (a tree takes
+    some 30 times its text)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0
+        self.trees: "OrderedDict[tuple[bool, str], tuple[ast.Module | None, int]]" = OrderedDict()
+
+    def get(self, key: tuple[bool, str]) -> "tuple[ast.Module | None, int] | None":
+        found = self.trees.get(key)
+        if found is not None:
+            self.trees.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[bool, str], tree: ast.Module | None, size: int) -> None:
+        self.trees[key] = (tree, size)
+        self.held += size
+        while self.held > self.budget and len(self.trees) > 1:
+            self.held -= self.trees.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        self.trees.clear()
+        self.held = 0
+
+
+_TREES = _RecentTrees(4_000_000)
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
+
+
+def ast_tree(source: str | bytes) -> ast.Module | None:
+    """The standard `ast` tree of a module's text (bytes: decoded as Python would), None when
+    Python cannot parse it. Parsed once per process while recently asked for: the summary, the
+    parts of a module, what it saves and where its statements start all read the same tree, so
+    no caller may change it."""
+    key = _tree_key(source)
+    found = _TREES.get(key)
+    if found is not None:
+        return found[0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes and the like are not ours to report
+            tree: ast.Module | None = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    _TREES.put(key, tree, len(source))
+    return tree
+
+
+def _tree_key(source: str | bytes) -> tuple[bool, str]:
+    """A text and its UTF-8 bytes share a key; bytes that declare another encoding have their own
+    (the same bytes read as UTF-8 may be another text)."""
+    if isinstance(source, str):
+        return True, content_digest(source.encode("utf-8", "surrogatepass"))
+    if source.startswith(codecs.BOM_UTF8):
+        return True, content_digest(source[len(codecs.BOM_UTF8):])
+    head = source[:source.find(b"\n", source.find(b"\n") + 1) + 1 or len(source)]
+    cookie = _COOKIE.search(head) if b"coding" in head else None
+    if cookie is not None and _encoding_name(cookie.group(1)) != "utf-8":
+        return False, content_digest(source)
+    return True, content_digest(source)
+
+
+def _encoding_name(declared: bytes) -> str:
+    try:
+        return codecs.lookup(declared.decode("ascii")).name
+    except (LookupError, UnicodeDecodeError):
+        return ""

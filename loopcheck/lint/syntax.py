@@ -7,9 +7,9 @@ more; the loop model, the rules and the fixes walk trees through these functions
 
 from __future__ import annotations
 
+import collections.abc
 from functools import cache
-from operator import attrgetter
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, Literal, NamedTuple, Union, get_args, get_origin
 
 import libcst as cst
 
@@ -44,51 +44,66 @@ def _child_fields(tp: type) -> tuple[str, ...]:
     return found
 
 
-def _getter(tp: type) -> tuple[Callable[[cst.CSTNode], Any] | None, bool]:
-    """(reader of the child fields of `tp`, whether it reads a single field); fields typed `str`
-    (a Name's value, a number's digits) are left out: they never hold nodes."""
+def _reader(tp: type) -> Callable[[cst.CSTNode], list[cst.CSTNode]]:
+    """The function giving the child nodes of a `tp` node, written for its fields: a field
+    typed as a node is taken as it is, a sequence of nodes is added whole, and only a field that
+    may hold something else (None, a sentinel, a string) is looked at. A generic loop over the
+    fields costs about twice as much, and `child_nodes` runs for every node of every walk."""
     import dataclasses
 
-    text = {f.name for f in dataclasses.fields(tp) if f.type in ("str", str)}
-    fields = tuple(f for f in _child_fields(tp) if f not in text)
-    found: tuple[Callable[[cst.CSTNode], Any] | None, bool]
-    if not fields:
-        found = (None, False)
-    else:
-        found = (attrgetter(*fields), len(fields) == 1)
-    _GETTERS[tp] = found
+    types = {f.name: f.type for f in dataclasses.fields(tp)}
+    lines = ["def read(node):", "    out = []"]
+    for name in _child_fields(tp):
+        kind = _field_kind(types[name])
+        if kind == "node":
+            lines.append(f"    out.append(node.{name})")
+        elif kind == "nodes":
+            lines.append(f"    out += node.{name}")
+        elif kind == "maybe":
+            lines += [f"    value = node.{name}", "    if type(value) in NODES:", "        out.append(value)"]
+        elif kind == "any":
+            lines.append(f"    _add_nodes(node.{name}, out)")
+    lines.append("    return out")
+    scope = {"NODES": _NODE_CLASSES, "_add_nodes": _add_nodes}
+    exec("\n".join(lines), scope)  # noqa: S102 - the source is made above from field names only
+    found = _READERS[tp] = scope["read"]
     return found
 
 
-_GETTERS: dict[type, tuple[Callable[[cst.CSTNode], Any] | None, bool]] = {}
+def _field_kind(annotation: Any) -> str:
+    """What a field typed `annotation` holds: "node" (always a node), "nodes" (a sequence of
+    nodes), "maybe" (a node or something else), "" (never a node), "any" (not known)."""
+    if isinstance(annotation, type):
+        return "node" if annotation in _NODE_CLASSES or issubclass(annotation, cst.CSTNode) else ""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return ""
+    if origin is Union:
+        kinds = {_field_kind(a) for a in args}
+        if kinds == {"node"} or kinds == {""}:
+            return kinds.pop()
+        return "maybe" if kinds <= {"node", ""} else "any"
+    if origin is collections.abc.Sequence and len(args) == 1:
+        return "nodes" if _field_kind(args[0]) == "node" else "any"
+    return "any"
+
+
+def _add_nodes(value: Any, out: list[cst.CSTNode]) -> None:
+    """Add `value` to `out` if it is a node, or its items that are nodes if it is a sequence."""
+    kind = type(value)
+    if kind in _NODE_CLASSES:
+        out.append(value)
+    elif kind is list or kind is tuple:
+        out.extend(v for v in value if type(v) in _NODE_CLASSES)
+
+
+_READERS: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
 
 
 def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The child nodes `walk` goes through, in source order (whitespace and punctuation left out)."""
-    get, single = _GETTERS.get(type(node)) or _getter(type(node))
-    children: list[cst.CSTNode] = []
-    if get is None:
-        return children
-    is_node = _IS_NODE
-    for value in (get(node),) if single else get(node):
-        kind = type(value)
-        found = is_node.get(kind)
-        if found is None:
-            found = is_node[kind] = issubclass(kind, cst.CSTNode)
-        if found:
-            children.append(value)
-        elif kind is list or kind is tuple:
-            for v in value:
-                found = is_node.get(type(v))
-                if found is None:
-                    found = is_node[type(v)] = isinstance(v, cst.CSTNode)
-                if found:
-                    children.append(v)
-    return children
-
-
-# type -> whether its instances are nodes (a dict lookup instead of an ABC isinstance check)
-_IS_NODE: dict[type, bool] = {}
+    read = _READERS.get(type(node))
+    return (read or _reader(type(node)))(node)
 
 
 @cache
@@ -105,6 +120,9 @@ def classes_of(kind: type | tuple[type, ...]) -> frozenset[type]:
             found.add(current)
             todo.extend(current.__subclasses__())
     return frozenset(found)
+
+
+_NODE_CLASSES = classes_of(cst.CSTNode)
 
 
 def walk(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None]]:
@@ -162,23 +180,29 @@ def _walk_module(module: cst.Module) -> ModuleWalk:
     kids: dict[int, list[cst.CSTNode]] = {}
     closed: list[tuple[cst.CSTNode, int]] = []
     closing = CLOSED_KINDS
+    readers = _READERS
     # The stack holds nodes to enter and 1-tuples: a node whose subtree is done when popped.
     stack: list = [module]
+    pop, push, enter = stack.pop, stack.extend, nodes.append
+    count = 0
     while stack:
-        node = stack.pop()
-        if type(node) is tuple:
-            closed.append((node[0], len(nodes)))
+        node = pop()
+        kind = type(node)
+        if kind is tuple:
+            closed.append((node[0], count))
             continue
-        order[id(node)] = len(nodes)
-        nodes.append(node)
-        children = child_nodes(node)
-        kids[id(node)] = children
-        if type(node) in closing:
+        key = id(node)
+        order[key] = count
+        count += 1
+        enter(node)
+        children = (readers.get(kind) or _reader(kind))(node)
+        kids[key] = children
+        if kind in closing:
             stack.append((node,))
         if children:
             for child in children:
                 parents[id(child)] = node
-            stack.extend(children[::-1])
+            push(children[::-1])
     return ModuleWalk(nodes, parents, order, kids, closed)
 
 

@@ -89,6 +89,45 @@ def test_linting_one_file_parses_each_module_it_needs_once(many_importers: Path)
     assert max(project.parses.values()) == 1, project.parses
 
 
+def test_each_text_is_read_by_the_standard_parser_once_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary, the parts of a followed module, what a project saves and where statements
+    start all read one `ast` tree per text."""
+    import ast
+    import hashlib
+
+    from loopcheck.lint import summary
+
+    summary._TREES.clear()
+    parse, parsed = ast.parse, []
+
+    def counting(source, filename="<unknown>", mode="exec", **kwargs):  # type: ignore[no-untyped-def]
+        if mode == "exec":  # `literal_eval` reads expressions through it too
+            text = source.encode("utf-8") if isinstance(source, str) else source
+            parsed.append(hashlib.sha256(text).hexdigest())
+        return parse(source, filename, mode, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counting)
+    for unit in FIXTURE_PROJECTS:
+        engine._PROJECTS.clear()
+        engine.check_files(sorted(unit.rglob("*.py")), jobs=1)
+    assert parsed
+    assert len(parsed) == len(set(parsed))
+
+
+def test_a_declared_encoding_keeps_its_own_tree() -> None:
+    """Bytes declaring Latin-1 read as another text than the same bytes read as UTF-8."""
+    from loopcheck.lint.summary import ast_tree
+
+    text = 'name = "caf\u00e9"\n'
+    declared = ("# -*- coding: latin-1 -*-\n" + text).encode("utf-8")
+    as_utf8 = ast_tree(declared.decode("utf-8"))
+    as_latin1 = ast_tree(declared)
+    assert as_utf8 is not None and as_latin1 is not None
+    assert as_utf8.body[0].value.value == "caf\u00e9"  # type: ignore[attr-defined]
+    assert as_latin1.body[0].value.value == "caf\u00c3\u00a9"  # type: ignore[attr-defined]
+    assert ast_tree(text) is ast_tree(text.encode("utf-8"))
+
+
 @pytest.mark.parametrize("unit", FIXTURE_PROJECTS, ids=lambda p: p.name)
 def test_a_file_gets_the_same_findings_alone_or_with_its_project(unit: Path) -> None:
     files = sorted(unit.rglob("*.py"))
@@ -328,17 +367,20 @@ def test_an_edited_buffer_settles_reach_again_only_when_its_imports_or_words_cha
     assert project.reach_mentions(train, ("torch",)) is False
 
 
+STEP_BEFORE_BACKWARD = """\
+    def train_step(model, batch, optimizer, criterion):
+        optimizer.zero_grad()
+        loss = criterion(model(batch[0]), batch[1])
+        optimizer.step()
+        loss.backward()
+    """
+
+
 def test_a_kept_analysis_stays_while_nothing_it_read_changes(tmp_path: Path, monkeypatch) -> None:
     """An editor buffer changes one module: the analyses of the files importing it are kept
     unless they read it (the step their loop calls lives there)."""
     write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
-    steps = write(tmp_path / "steps.py", """\
-        def train_step(model, batch, optimizer, criterion):
-            optimizer.zero_grad()
-            loss = criterion(model(batch[0]), batch[1])
-            optimizer.step()
-            loss.backward()
-        """)
+    steps = write(tmp_path / "steps.py", STEP_BEFORE_BACKWARD)
     settings = write(tmp_path / "settings.py", "EPOCHS = 3\n")
     write(tmp_path / "driver.py", """\
         import torch
@@ -374,6 +416,52 @@ def test_a_kept_analysis_stays_while_nothing_it_read_changes(tmp_path: Path, mon
         "    optimizer.step()\n    loss.backward()\n", "    loss.backward()\n    optimizer.step()\n"))
     assert "LC102" not in codes_in_steps()  # driver.py's kept analysis read steps.py: made again
     assert sorted(analysed) == ["driver.py", "steps.py"]
+
+
+def test_a_run_reads_each_files_stamp_once_and_the_next_run_afresh(tmp_path: Path) -> None:
+    from loopcheck.lint.project import steady_files
+
+    path = write(tmp_path / "m.py", "x = 1\n")
+    project = Project([tmp_path])
+    with steady_files():
+        first = project.stamp(path)
+        path.write_text("x = 22\n", encoding="utf-8")
+        with steady_files():  # part of the same run
+            assert project.stamp(str(path)) == project.stamp(path) == first
+    assert project.stamp(path) != first
+    with steady_files():
+        assert project.stamp(path) == (len("x = 22\n"), os.stat(path).st_mtime_ns)
+
+
+def test_a_project_kept_across_checks_sees_a_module_saved_in_between(tmp_path: Path) -> None:
+    """As the language server and `--watch` keep it: a file saved on disk between two checks is
+    read again in the second."""
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    steps = write(tmp_path / "steps.py", STEP_BEFORE_BACKWARD)
+    write(tmp_path / "driver.py", """\
+        import torch
+        from torch import nn
+
+        from steps import train_step
+
+
+        def main(loader):
+            model = nn.Linear(8, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for batch in loader:
+                    train_step(model, batch, optimizer, nn.CrossEntropyLoss())
+        """)
+    project = Project([tmp_path])
+
+    def codes_in_steps() -> list[str]:
+        return [f.code for f in engine.check_file(steps, project=project).findings]
+
+    assert "LC102" in codes_in_steps()  # made by driver.py's model, located in steps.py
+    steps.write_text(steps.read_text().replace(
+        "    optimizer.step()\n    loss.backward()\n", "    # the step uses this batch's gradients\n"
+        "    loss.backward()\n    optimizer.step()\n"), encoding="utf-8")
+    assert "LC102" not in codes_in_steps()
 
 
 @pytest.mark.parametrize("rebound", [False, True])

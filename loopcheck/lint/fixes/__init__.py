@@ -112,9 +112,10 @@ def module_methods(source: str) -> ModuleMethods:
 def _module_method_spans(source: str) -> list[tuple[int, int, str]]:
     import ast
 
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    from loopcheck.lint.summary import ast_tree
+
+    tree = ast_tree(source)
+    if tree is None:
         return []
     # classes sit among statements (nested in functions, `if` or `try` bodies at most): the much
     # larger expression trees are never walked

@@ -133,36 +133,46 @@ def _reset_text(ev: Event) -> str:
 def _scan(view: _LoopView, opt: str) -> Iterator[tuple[str, Event, Event, Event | None, bool]]:
     """(kind, reset, step, backward, from_previous_iteration) for each step a reset reaches first:
     kind "between" when a backward came before the reset, "nobackward" when none did."""
+    marked: dict[int, str] = {}
+
+    def marks(trace: list[Event]) -> str:
+        """One letter per event of a trace: what the scan looks for (marked once per trace, not
+        once per pair of traces): S a step of `opt`, B a backward pass, R a reset covering it."""
+        found = marked.get(id(trace))
+        if found is None:
+            found = marked[id(trace)] = "".join(
+                "S" if stepped_optimizer(ev) == opt else "B" if ev.kind is EventKind.BACKWARD
+                else "R" if view.covers(ev, opt, definite=True) else "." for ev in trace)
+        return found
+
+    stepping: dict[int, list[int]] = {}  # id(trace) -> where its steps of `opt` are
     for first, second in view.loop.cyclic_pairs():
-        seq = first + second
+        later = marks(second)
+        steps = stepping.get(id(second))
+        if steps is None:
+            steps = stepping[id(second)] = [i for i, sign in enumerate(later) if sign == "S"]
+        if not steps:
+            continue
         offset = len(first)
-        for i in range(offset, len(seq)):
-            step = seq[i]
-            if stepped_optimizer(step) != opt:
+        signs = marks(first) + later  # iteration i, then iteration i + 1
+        pair = (first, second)
+        for i in steps:
+            i += offset
+            # the nearest reset, backward or step before the step: a reset only counts first
+            reset_at = max(signs.rfind("R", 0, i), signs.rfind("B", 0, i), signs.rfind("S", 0, i))
+            if reset_at == -1 or signs[reset_at] != "R":
                 continue
-            reset_at = None
-            for j in range(i - 1, -1, -1):
-                ev = seq[j]
-                if ev.kind is EventKind.BACKWARD or stepped_optimizer(ev) == opt:
-                    break
-                if view.covers(ev, opt, definite=True):
-                    reset_at = j
-                    break
-            if reset_at is None:
-                continue
-            reset = seq[reset_at]
-            backward_at = None
-            for k in range(reset_at - 1, -1, -1):
-                ev = seq[k]
-                if stepped_optimizer(ev) == opt:
-                    break
-                if ev.kind is EventKind.BACKWARD:
-                    backward_at = k
-                    break
-            if backward_at is None:
-                yield "nobackward", reset, step, None, False
+            backward_at = max(signs.rfind("B", 0, reset_at), signs.rfind("S", 0, reset_at))
+            if backward_at == -1 or signs[backward_at] != "B":
+                yield "nobackward", _nth(pair, reset_at), _nth(pair, i), None, False
             else:
-                yield "between", reset, step, seq[backward_at], backward_at < offset
+                yield "between", _nth(pair, reset_at), _nth(pair, i), _nth(pair, backward_at), backward_at < offset
+
+
+def _nth(pair: tuple[list[Event], list[Event]], k: int) -> Event:
+    """Event `k` of two traces run one after the other."""
+    first, second = pair
+    return first[k] if k < len(first) else second[k - len(first)]
 
 
 def _feeding_backwards(traces: list[list[Event]], opt: str) -> set[int]:
