@@ -1,11 +1,13 @@
 """Module summaries: what the rest of a project needs to know about a module without its tree.
 
-A summary is plain, picklable data read with the standard `ast` parser (several times cheaper
-than libcst, and only its statements are walked; `ast_tree` parses a text once per process for
-everything that reads it that way): the module's imports (for the import graph and
-the cache's dependencies), `__all__`, the functions and classes it defines, and the words of its
-text (for the cheap "could tracing from here ever meet a softmax?" tests). Whether a module must be parsed with
-libcst, and which files a cached result depends on, are decided from summaries alone.
+A summary is plain, picklable data: the module's imports (for the import graph and the cache's
+dependencies), `__all__`, the functions and classes it defines, and the words of its text (for
+the cheap "could tracing from here ever meet a softmax?" tests). It is read with the standard
+`ast` parser (several times cheaper than libcst, and only its statements are walked; `ast_tree`
+parses a text once per process for everything that reads it that way), or from the libcst tree
+of a module the engine has parsed anyway (`summarize_parsed`, the same summary). Whether a
+module must be parsed with libcst, and which files a cached result depends on, are decided from
+summaries alone. `module_parts` splits a module into the parts an analysis may depend on.
 """
 
 from __future__ import annotations
