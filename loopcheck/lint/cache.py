@@ -44,6 +44,7 @@ from typing import Any, Iterable
 from loopcheck.catalog import catalog
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.output.report import FileError
+from loopcheck.lint.project import ONE_FILE_QUESTIONS
 
 DIRNAME = ".loopcheck_cache"
 _UNSEEN = object()
@@ -106,10 +107,6 @@ def _finding_from_json(d: dict[str, Any]) -> Finding:
         end_column=d["end_column"],
         fix=d["fix"],
     )
-
-
-# questions (`Project.answer`) answered from the text of the one file they name
-_ONE_FILE = frozenset({"part", "parts", "search", "count"})
 
 
 def _facts(raw: dict[str, Any]) -> list[tuple[str, str, Any, Any]]:
@@ -298,7 +295,7 @@ class Cache:
         question about one file's text whose file hashes as it did holds without asking."""
         read = raw["facts_read"]
         return all(
-            kind in _ONE_FILE and read.get(p) is not None and self.file_hash(p) == read[p]
+            kind in ONE_FILE_QUESTIONS and read.get(p) is not None and self.file_hash(p) == read[p]
             or self._answer(path, kind, p, arg) == answer
             for kind, p, arg, answer in _facts(raw)
         )

@@ -79,6 +79,9 @@ def file_stamp(path: Path | str) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
+# the questions of `Project.answer` answered from the text of the one file they name alone
+ONE_FILE_QUESTIONS = frozenset({"part", "parts", "search", "count"})
+
 _STEADY: list[object] = []  # while a run of the engine lasts: a token of that run
 
 
@@ -352,10 +355,10 @@ class Project:
             except (OSError, cst.ParserSyntaxError, UnicodeDecodeError, RecursionError, ValueError, SyntaxError):
                 parsed = None
         self._keep(key, stamp, parsed)
-        if parsed is not None:
-            self._summarized(key, stamp, parsed)
         if parsed is None:
             self._note(key)
+        else:
+            self._summarized(key, stamp, parsed)
         return parsed
 
     def parsed_as(self, path: str, source: str) -> "cst.Module | None":
@@ -564,12 +567,7 @@ class Project:
         key = os.path.abspath(path)
         with self._unrecorded():
             parts = self._parts_of(key)
-        reads = self._consulting[-1]
-        if parts is None or "*" in parts:
-            reads.files[key] = None
-        else:
-            reads.facts[("parts", key, None)] = all_parts_digest(parts)
-            reads.sources[key] = None
+        _read_all_parts(self._consulting[-1], key, parts)
 
     def _holding(self, word: str) -> list[str]:
         """The project files whose text has `word` as a whole word (an index built once)."""
@@ -625,8 +623,8 @@ class Project:
         of module `path`, `summary.module_parts`), "parts" (one digest of all its parts),
         "mentioning" (the project files holding the word `arg`; `path` is the root), "search"
         and "count" (does the regular expression `arg` = (pattern, flags) match the text of
-        `path`, how often; None when the text cannot be read), "derived" (the digest of the project-wide fact `arg`, `DERIVED`;
-        `path` is the project's root)."""
+        `path`, how often; None when the text cannot be read), "derived" (the digest of the
+        project-wide fact `arg`, `DERIVED`; `path` is the project's root)."""
         with self._unrecorded():
             if kind == "reach":
                 return self.reach_mentions(Path(path), tuple(arg))
@@ -721,13 +719,11 @@ class Project:
             elif name in noted:
                 return
             noted[name] = None
-            if whole:
-                reads.files[key] = None
+            if whole or name == "*":  # (a search of all call sites)
+                _read_all_parts(reads, key, parts)
                 return
             reads.sources[key] = None
-            if name == "*":  # every part (a search of all call sites): not the comments between them
-                reads.facts[("parts", key, None)] = all_parts_digest(parts)
-            elif name.endswith(".*"):  # every method of a class (`Class.*`), and its own lines
+            if name.endswith(".*"):  # every method of a class (`Class.*`), and its own lines
                 prefix = name[:-1]
                 reads.facts.update({("part", key, n): d for n, d in parts.items() if n.startswith(prefix)})
                 reads.facts[("part", key, name[:-2])] = parts.get(name[:-2])
@@ -864,6 +860,16 @@ def _derive(name: str, project: "Project") -> tuple[Any, str, list[str]]:
 
     module, _, function = DERIVED[name].partition(":")
     return getattr(importlib.import_module(module), function)(project)
+
+
+def _read_all_parts(reads: "Reads", key: str, parts: dict[str, str] | None) -> None:
+    """Record that an analysis read every part of module `key`: one digest of them all, so a
+    comment between them changes nothing; the whole text where it could not be split."""
+    if parts is None or "*" in parts:
+        reads.files[key] = None
+    else:
+        reads.facts[("parts", key, None)] = all_parts_digest(parts)
+        reads.sources[key] = None
 
 
 class _Unrecorded:

@@ -91,12 +91,16 @@ def summarize(source: bytes, path: str) -> ModuleSummary | None:
         elif isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets):
             if isinstance(stmt.value, (ast.List, ast.Tuple)):
                 exports = tuple(e.value for e in stmt.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
-    # every word of the text (comments and strings too): "may mention" is all the tests need
-    words = b" ".join(set(_WORD.findall(source))).decode("ascii").lower()
-    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), words)
+    return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), _words(source))
 
 
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _words(source: bytes) -> str:
+    """Every word of a text (comments and strings too), lower case: "may mention" is all the
+    tests of a summary's words need."""
+    return b" ".join(set(_WORD.findall(source))).decode("ascii").lower()
 
 
 def summarize_parsed(module: "cst.Module", source: str, path: str) -> ModuleSummary:
@@ -138,7 +142,7 @@ def summarize_parsed(module: "cst.Module", source: str, path: str) -> ModuleSumm
                         and any(type(t.target) is cst.Name and t.target.value == "__all__" for t in small.targets)):
                     values = [string_value(e.value) for e in small.value.elements if type(e) is cst.Element]
                     exports = tuple(v for v in values if v is not None)
-    words = b" ".join(set(_WORD.findall(source.encode("utf-8", "surrogatepass")))).decode("ascii").lower()
+    words = _words(source.encode("utf-8", "surrogatepass"))
     return ModuleSummary(path, tuple(imports), exports, tuple(functions), tuple(classes), words)
 
 
