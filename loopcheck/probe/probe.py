@@ -490,7 +490,7 @@ class Probe:
         loss: Any
         if losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
             # read now (no synchronisation on the CPU), and the graphs let go
-            loss = losses[0].item() if len(losses) == 1 else math.fsum(v.item() for v in losses)
+            loss = _total(losses)
         else:
             loss = _fold(losses)
         self.step_loss[i] = loss
@@ -507,7 +507,7 @@ class Probe:
             value = tensor  # read as a number at the optimizer step (`_take_losses`)
             pending = self._pending_losses
             if len(pending) >= _PENDING_LOSSES:  # backward after backward without a step: numbers, not graphs
-                self._pending_losses = [torch.tensor(math.fsum(v.item() for v in pending))]
+                self._pending_losses = [torch.tensor(_total(pending))]
         else:
             value = tensor.detach()
             if value.dim():
@@ -713,13 +713,9 @@ class Probe:
         """Between two steps that neither the sampled checks look at nor precede a sample (see
         `watched`), the hook methods that matter only on those steps (`Detector.watched_only`) are
         not called at all: most steps then cost only the checks that look at every step."""
-        applied, every, check = self._applied, self.config.every, self.config.check_every
-        lean = bool(applied)
-        for n in applied:
-            n += 1  # the coming step of each optimizer
-            if n <= _FIRST_WATCHED or n % check == 0 or n % every == 0:
-                lean = False
-                break
+        applied, every = self._applied, self.config.every
+        lean = bool(applied) and not any(
+            self.watched(i) or (n + 1) % every == 0 for i, n in enumerate(applied))  # each one's coming step
         if lean is not self._lean:
             self._lean = lean
             self._calls = self._lean_calls if lean else self._full_calls
@@ -866,6 +862,11 @@ class StepNorms(NamedTuple):
     positions: list[int]  # the positions in `opt_params[i]` they cover
     read: slice  # where they sit in `Probe.readings`
     exact: bool  # every gradient's norm (not only the small gradients')
+
+
+def _total(losses: list[torch.Tensor]) -> float:
+    """The sum of CPU losses as a number (reading one costs no synchronisation there)."""
+    return losses[0].item() if len(losses) == 1 else math.fsum(v.item() for v in losses)
 
 
 def _fold(losses: list[torch.Tensor]) -> torch.Tensor | None:
