@@ -82,6 +82,13 @@ _DOTTED_KIND: dict[type, int] = {}
 
 def string_value(node: cst.CSTNode | None) -> str | None:
     """The value of a string literal (implicitly concatenated ones too), else None."""
+    if type(node) is cst.SimpleString:
+        text = node.value
+        quote = text[0]
+        # most literals are plain quotes around text with no escapes: their value is that text
+        # (`evaluated_value` compiles each literal with `ast`)
+        if quote in "'\"" and len(text) >= 2 and "\\" not in text and "\r" not in text:
+            return text[3:-3] if text.startswith(quote * 3) and len(text) >= 6 else text[1:-1]
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
         try:
             value = node.evaluated_value

@@ -75,6 +75,32 @@ trainer.fit(10)
     assert ("Base.fit", "Classifier.train_epoch") in callees
 
 
+def test_a_base_method_run_on_the_instance_is_not_walked_again_as_an_entry() -> None:
+    m = model_of(TRAINERS + """
+trainer = Classifier(net, train_loader, val_loader)
+trainer.fit(10)
+""")
+    chains = [tuple(site.callee for site in loop.via) for loop in loops(m, LoopKind.BATCH)]
+    assert chains == [("Base.fit", "Classifier.train_epoch")]
+
+
+def test_a_subclass_whose_instance_never_runs_the_base_method_still_gets_it_walked() -> None:
+    m = model_of(TRAINERS + """
+class Regressor(Base):
+    def train_epoch(self):
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            torch.nn.functional.mse_loss(self.model(x), y).backward()
+            self.optimizer.step()
+
+trainer = Classifier(net, train_loader, val_loader)
+trainer.fit(10)
+""")
+    chains = {tuple(site.callee for site in loop.via) for loop in loops(m, LoopKind.BATCH)}
+    assert ("Base.fit", "Classifier.train_epoch") in chains
+    assert ("Regressor.train_epoch",) in chains  # `Base.fit` walked as an entry on a Regressor
+
+
 def test_super_keeps_the_class_of_self() -> None:
     m = model_of(TRAINERS + """
 class LoggingClassifier(Classifier):

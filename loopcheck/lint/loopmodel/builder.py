@@ -60,4 +60,5 @@ class _Builder(
         self.loop_blocks: dict[int, list] = {}
         self.call_values: dict[int, _Value] = {}
         self.covered: set[int] = set()
+        self.walked_on: set[tuple[int, int]] = set()  # (id(method), id(class of self)) inlined
         self.inlined = 0

@@ -179,6 +179,8 @@ class BuilderInlining:
                 self._forward_beyond_depth(call, fdef, unit, frame)
             return
         self.inlined += 1
+        if instance is not None:
+            self.walked_on.add((key, id(instance)))
         env: dict[str, str] = {}
         params = list(fdef.params.posonly_params) + list(fdef.params.params)
         if bound_self and params and params[0].name.value in ("self", "cls"):
@@ -323,6 +325,8 @@ class BuilderInlining:
                     continue
                 self.entry(fdef, unit, cls)
             for fdef, owner in _inherited_entries(cls, plain_called):
+                if (id(fdef), id(cls)) in self.walked_on:
+                    continue  # `trainer.train()` already ran the base's method on this class's instance
                 self.entry(fdef, owner.unit, owner, instance=cls)
         return self.finalize()
 

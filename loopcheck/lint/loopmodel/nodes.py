@@ -36,8 +36,7 @@ _OPAQUE_EXPRESSIONS = frozenset({
 })
 
 
-def _dotted(node: cst.BaseExpression) -> str | None:
-    return dotted(node)
+_dotted = dotted
 
 
 def _body(node: cst.BaseSuite) -> list:
@@ -48,8 +47,7 @@ def _body(node: cst.BaseSuite) -> list:
 STRING_ARGUMENT = "str:"
 
 
-def _string(node: cst.BaseExpression | None) -> str | None:
-    return string_value(node)
+_string = string_value
 
 
 def _kw(call: cst.Call, name: str) -> cst.BaseExpression | None:

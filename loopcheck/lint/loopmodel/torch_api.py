@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import re
+from functools import lru_cache
 
 from loopcheck.lint.loopmodel.facts import Role, SchedulerCadence
 
@@ -124,6 +125,7 @@ def scheduler_cadence(cls: str | None, qualified: str | None, args_text: str, la
     return SchedulerCadence.UNKNOWN
 
 
+@lru_cache(maxsize=4096)
 def is_accumulation_test(text: str) -> bool:
     """Does an `if` test look like an every-k-micro-batches (gradient accumulation) guard?"""
     if "%" in text:
