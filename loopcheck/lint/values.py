@@ -64,20 +64,21 @@ def torch_name(qualified: str | None, table: dict[str, str]) -> str | None:
 
 def dotted(expr: cst.CSTNode | None) -> str | None:
     """`a.b.c` for a Name / Attribute chain, else None."""
-    kind = _DOTTED_KIND.get(type(expr))
-    if kind is None:  # a dict lookup per type instead of ABC isinstance checks per call
-        kind = _DOTTED_KIND[type(expr)] = (
-            1 if type(expr) is cst.Name else 2 if type(expr) is cst.Attribute else 0
-        )
-    if kind == 1:
+    kind = type(expr)  # exact types: isinstance against libcst's ABCs is slow
+    if kind is cst.Name:
         return expr.value  # type: ignore[union-attr]
-    if kind == 2:
-        head = dotted(expr.value)  # type: ignore[union-attr]
-        return f"{head}.{expr.attr.value}" if head else None  # type: ignore[union-attr]
-    return None
-
-
-_DOTTED_KIND: dict[type, int] = {}
+    if kind is not cst.Attribute:
+        return None
+    parts = [expr.attr.value]  # type: ignore[union-attr]
+    node = expr.value  # type: ignore[union-attr]
+    while type(node) is cst.Attribute:
+        parts.append(node.attr.value)
+        node = node.value
+    if type(node) is not cst.Name:
+        return None
+    parts.append(node.value)
+    parts.reverse()
+    return ".".join(parts)
 
 
 def string_value(node: cst.CSTNode | None) -> str | None:

@@ -46,12 +46,23 @@ class BuilderNames:
 
 
     def canon(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
-        if type(node) is cst.Name:
-            return frame.env.get(node.value, node.value)
-        if type(node) is cst.Attribute:
-            base = self.canon(node.value, frame)
-            return f"{base}.{node.attr.value}" if base is not None else None
-        return None
+        """The name an expression `a.b.c` stands for, its root mapped through the frame's
+        parameters (`model.fc` in a helper called with `net` is `net.fc`); None for others."""
+        kind = type(node)
+        if kind is cst.Name:
+            return frame.env.get(node.value, node.value)  # type: ignore[attr-defined]
+        if kind is not cst.Attribute:
+            return None
+        parts = [node.attr.value]  # type: ignore[attr-defined]
+        inner = node.value  # type: ignore[attr-defined]
+        while type(inner) is cst.Attribute:
+            parts.append(inner.attr.value)
+            inner = inner.value
+        if type(inner) is not cst.Name:
+            return None
+        parts.append(frame.env.get(inner.value, inner.value))
+        parts.reverse()
+        return ".".join(parts)
 
     def target(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
         """Canonical name of the object an event acts on (wrappers and `.module` looked through)."""
