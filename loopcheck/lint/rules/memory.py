@@ -169,14 +169,15 @@ class LossFlow(Flow):
     # -- losses -----------------------------------------------------------------------------
 
     def returns_graph_loss(self, func: Where) -> bool:
-        """True when every return of `func` is a loss it called backward() on (not `.item()`)."""
-        found = self._graph_losses.get(id(func.node))
+        """True when every return of `func` is a loss it called backward() on (not `.item()`).
+        The answer for a function of another project module is kept with that module."""
+        known = self._graph_losses if func.index is self.main else fact(func.index.module, "memory.graph_losses", dict)
+        found = known.get(id(func.node))
         if found is None:
             calls = (n for n in func.index.scoped(func.node) if type(n) is cst.Call)
             targets = {_key(e) for call in calls for e in _backward_inputs(call)}
             returns = self.returns(func)
-            found = bool(returns) and bool(targets) and all(_key(r) in targets for r in returns)
-            self._graph_losses[id(func.node)] = found
+            found = known[id(func.node)] = bool(returns) and bool(targets) and all(_key(r) in targets for r in returns)
         return found
 
     def sink(self, index: ModuleIndex, call: cst.Call, depth: int = 0) -> Sink | None:
@@ -660,7 +661,11 @@ def _stores_detached(flow: LossFlow, index: ModuleIndex, call: cst.Call) -> bool
     method = flow.method(holder.where, func.attr.value)
     if method is None:
         return False
-    return bool(_DETACHED_TEXT.search(method.index.module.code_for_node(method.node)))
+    known = fact(method.index.module, "memory.stores_detached", dict)  # rendering the method is the cost
+    found = known.get(id(method.node))
+    if found is None:
+        found = known[id(method.node)] = bool(_DETACHED_TEXT.search(method.index.module.code_for_node(method.node)))
+    return found
 
 
 def _spared(
