@@ -246,7 +246,7 @@ def main() -> None:
         variants = [text, text.replace(CLEAN_LINE, BUGGY_LINE)]
         configs = Configurations(Settings(), root)
 
-        client = LspClient(root)
+        client = LspClient(root, inline=True)  # read as an editor reads: no hand-over between threads
         try:
             client.initialize(root, {"debounce": 0})
             client.open(target, text)
