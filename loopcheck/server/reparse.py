@@ -1,9 +1,11 @@
-"""Parsing an edited buffer again by parsing only the top-level statements the edit touches.
+"""Parsing an edited buffer again by parsing only the statements the edit touches.
 
 An edit in an editor changes a few characters of one function; libcst has no incremental
 parser, but a module is a sequence of top-level statements, and libcst nodes are immutable, so a
 new module can share the statements an edit did not touch with the module of the previous text.
-The text of the statements it touches is parsed as a module of its own and spliced in.
+The text of the statements it touches is parsed as a module of its own and spliced in. Inside a
+function (a class, a loop, a `with`), the same is done one block down, as deep as the edit goes:
+usually a single line is parsed.
 
 The result must be the module a parse of the whole text gives (the tests compare the two node
 for node), so the splice is refused, and the whole text parsed, whenever it might not be: the
@@ -18,10 +20,15 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 
 from loopcheck.lint.positions import rendered_length, statement_offsets
+from loopcheck.lint.syntax import classes_of
+
+_STATEMENTS = classes_of(cst.BaseStatement)
 
 
 @dataclass
@@ -109,6 +116,12 @@ def reparse(previous: Parsed, text: str) -> Parsed | None:
     last = max(bisect_right(starts, len(old) - suffix, 0, count) - 1, first)
     start = starts[first] if first else 0
     through_end = last + 1 == count
+    if first == last and not through_end and starts[first] < prefix and _opens_block(body[first]):
+        inner = _within(body[first], _spans(module, body[first], old, starts[first], starts[first + 1]), old, text,
+                        prefix, len(old) - suffix, delta, "", module)
+        if inner is not None:
+            new_body = [*body[:first], inner, *body[first + 1:]]
+            return Parsed(text, module.with_changes(body=new_body), [*starts[:first + 1], *(s + delta for s in starts[first + 1:])], True)
     end = len(text) if through_end else starts[last + 1] + delta
     fragment = text[start:end]
     if first and not _starts_with_code(fragment, 0):
@@ -145,3 +158,121 @@ def reparse(previous: Parsed, text: str) -> Parsed | None:
     else:
         new_starts += [s + delta for s in starts[last + 1:]]
     return Parsed(text, module.with_changes(**changes), new_starts, True)
+
+
+# --- inside a statement -------------------------------------------------------------------------
+#
+# An edit inside a function (a loop, a `with`) re-parses only the innermost statements of its
+# block that hold the change: their lines, less the block's indentation, parse as a module of
+# their own. Only blocks whose lines all carry that indentation and hold no blank line, comment
+# line, multi-line string or backslash continuation qualify: there, and only there, removing the
+# indentation changes nothing libcst records.
+
+_BLOCK_KINDS = (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.With, cst.If)
+
+
+def _opens_block(stmt: cst.CSTNode) -> bool:
+    """A statement whose one block is its last part: `def`, `class`, `for` / `while` / `if`
+    without `else`, `with`."""
+    if type(stmt) not in _BLOCK_KINDS or getattr(stmt, "orelse", None) is not None:
+        return False
+    block = stmt.body  # type: ignore[attr-defined]
+    return type(block) is cst.IndentedBlock and bool(block.body) and not block.footer
+
+
+class _SpanState(CodegenState):
+    """Records where each statement's code starts and ends (token indexes)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.opened: dict[int, int] = {}
+        self.spans: dict[int, tuple[int, int]] = {}
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if type(node) in _STATEMENTS:
+            self.opened[id(node)] = len(self.tokens)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        opened = self.opened.pop(id(node), None)
+        if opened is not None:
+            self.spans[id(node)] = (opened, len(self.tokens))
+
+
+def _spans(module: cst.Module, stmt: cst.CSTNode, text: str, start: int, end: int) -> dict[int, tuple[int, int]] | None:
+    """Offsets in `text` of every statement inside top-level `stmt` (at `text[start:end]`);
+    None when the statement does not render as that text."""
+    state = _SpanState(module)
+    stmt._codegen(state)
+    if "".join(state.tokens) != text[start:end]:
+        return None
+    offsets = list(accumulate((len(t) for t in state.tokens), initial=start))
+    return {key: (offsets[a], offsets[b]) for key, (a, b) in state.spans.items()}
+
+
+def _within(stmt: cst.CSTNode, spans: dict[int, tuple[int, int]] | None, old: str, text: str, low: int, high: int,
+            delta: int, indent: str, module: cst.Module) -> cst.CSTNode | None:
+    """`stmt` (a statement of the old text) with the statements of its block that hold the
+    change `old[low:high]` parsed again from `text`; None when that cannot be done exactly."""
+    if spans is None:
+        return None
+    block = stmt.body  # type: ignore[attr-defined]
+    indent += module.default_indent if block.indent is None else block.indent
+    body = block.body
+    count = len(body)
+    offsets = [spans[id(s)][0] for s in body] + [spans[id(body[-1])][1]]
+    if not offsets[0] < low or high > offsets[-1]:
+        return None  # the change reaches the header, or past the block
+    first = max(bisect_left(offsets, low, 0, count) - 1, 0)
+    last = max(bisect_right(offsets, high, 0, count) - 1, first)
+    if first == last and offsets[first] < low and _opens_block(body[first]):
+        inner = _within(body[first], spans, old, text, low, high, delta, indent, module)
+        if inner is not None:
+            return stmt.with_changes(body=block.with_changes(body=[*body[:first], inner, *body[first + 1:]]))
+    start, end = offsets[first], offsets[last + 1] + delta
+    if last + 1 < count:
+        if not _code_at(text, end, indent):
+            return None
+    elif not _block_ends(text, end, len(indent)):
+        return None
+    part = _parse_dedented(text[start:end], indent, module)
+    if part is None:
+        return None
+    return stmt.with_changes(body=block.with_changes(body=[*body[:first], *part.body, *body[last + 1:]]))
+
+
+def _code_at(text: str, at: int, indent: str) -> bool:
+    """Whether the line at `at` is code at exactly `indent`."""
+    return text.startswith(indent, at) and at + len(indent) < len(text) and text[at + len(indent)] not in " \t\f#\r\n\\"
+
+
+def _block_ends(text: str, at: int, width: int) -> bool:
+    """Whether, after blank lines, the text at `at` is its end or code indented less than `width`
+    (a comment there could belong to the block)."""
+    while at < len(text) and text[at] in "\r\n":
+        at += 1
+    if at == len(text):
+        return True
+    line_end = text.find("\n", at)
+    line = text[at:] if line_end == -1 else text[at:line_end]
+    stripped = line.lstrip(" \t\f")
+    return bool(stripped) and not stripped.startswith("#") and len(line) - len(stripped) < width
+
+
+def _parse_dedented(fragment: str, indent: str, module: cst.Module) -> cst.Module | None:
+    if not fragment.endswith(("\n", "\r")) or '"""' in fragment or "'''" in fragment or "\\\n" in fragment or "\\\r" in fragment:
+        return None
+    lines = fragment.splitlines(keepends=True)
+    width = len(indent)
+    for line in lines:
+        rest = line[width:].lstrip(" \t\f")
+        if not line.startswith(indent) or not rest.strip() or rest.startswith("#"):
+            return None
+    try:
+        part = cst.parse_module("".join(line[width:] for line in lines))
+    except Exception:  # noqa: BLE001 - any failure: a wider parse decides
+        return None
+    if not part.body or part.header or part.footer or not part.has_trailing_newline:
+        return None
+    if (part.default_indent, part.default_newline) != (module.default_indent, module.default_newline):
+        return None
+    return part

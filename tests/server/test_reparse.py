@@ -170,6 +170,20 @@ def test_a_change_in_the_header_or_footer() -> None:
             assert found.module.deep_equals(cst.parse_module(new))
 
 
+def test_an_edit_inside_a_loop_reparses_only_its_statement() -> None:
+    """The other statements of the function, and of the loop, are the previous module's nodes."""
+    previous = Parsed(SCRIPT, cst.parse_module(SCRIPT))
+    new = SCRIPT.replace("            loss.backward()\n", "            (loss / 2).backward()\n")
+    assert new != SCRIPT
+    found = reparse(previous, new)
+    assert found is not None and found.module.deep_equals(cst.parse_module(new))
+    train = next(s for s in found.module.body if getattr(s, "name", None) and s.name.value == "train")
+    old_train = next(s for s in previous.module.body if getattr(s, "name", None) and s.name.value == "train")
+    assert train is not old_train and train.body.body[0] is old_train.body.body[0]  # model.train() kept
+    inner, old_inner = train.body.body[1].body.body[0].body.body, old_train.body.body[1].body.body[0].body.body
+    assert [a is b for a, b in zip(inner, old_inner)] == [True, True, False, True]
+
+
 def test_an_unchanged_text_is_not_parsed_again() -> None:
     previous = Parsed(SCRIPT, cst.parse_module(SCRIPT))
     assert reparse(previous, SCRIPT) is previous
