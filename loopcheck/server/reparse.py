@@ -41,6 +41,8 @@ class Parsed:
     module: cst.Module
     _starts: list[int] | None = field(default=None, repr=False)
     _known: bool = field(default=False, repr=False)
+    # the statement last edited inside, and where each statement within it is (`_within`)
+    _inner: tuple[int, dict[int, tuple[int, int]]] | None = field(default=None, repr=False)
 
     @property
     def starts(self) -> list[int] | None:
@@ -117,11 +119,9 @@ def reparse(previous: Parsed, text: str) -> Parsed | None:
     start = starts[first] if first else 0
     through_end = last + 1 == count
     if first == last and not through_end and starts[first] < prefix and _opens_block(body[first]):
-        inner = _within(body[first], _spans(module, body[first], old, starts[first], starts[first + 1]), old, text,
-                        prefix, len(old) - suffix, delta, "", module)
-        if inner is not None:
-            new_body = [*body[:first], inner, *body[first + 1:]]
-            return Parsed(text, module.with_changes(body=new_body), [*starts[:first + 1], *(s + delta for s in starts[first + 1:])], True)
+        found = _inside(previous, first, text, prefix, len(old) - suffix, delta)
+        if found is not None:
+            return found
     end = len(text) if through_end else starts[last + 1] + delta
     fragment = text[start:end]
     if first and not _starts_with_code(fragment, 0):
@@ -158,6 +158,26 @@ def reparse(previous: Parsed, text: str) -> Parsed | None:
     else:
         new_starts += [s + delta for s in starts[last + 1:]]
     return Parsed(text, module.with_changes(**changes), new_starts, True)
+
+
+def _inside(previous: Parsed, index: int, text: str, low: int, high: int, delta: int) -> Parsed | None:
+    """`text` parsed again within top-level statement `index` of `previous` (see `_within`)."""
+    module, starts = previous.module, previous.starts
+    assert starts is not None
+    stmt = module.body[index]
+    spans = previous._inner[1] if previous._inner is not None and previous._inner[0] == id(stmt) else None
+    splice = _within(stmt, spans, previous.text, text, low, high, delta, "", module) if spans is not None else None
+    if splice is None:  # the statement is rendered once to find its statements
+        spans = _spans(module, stmt, previous.text, starts[index], starts[index + 1])
+        splice = _within(stmt, spans, previous.text, text, low, high, delta, "", module) if spans is not None else None
+    if splice is None:
+        return None
+    assert spans is not None
+    new = splice.path[0][1]
+    body = [*module.body[:index], new, *module.body[index + 1:]]
+    parsed = Parsed(text, module.with_changes(body=body), [*starts[:index + 1], *(s + delta for s in starts[index + 1:])], True)
+    parsed._inner = (id(new), _moved_spans(spans, splice, delta))
+    return parsed
 
 
 # --- inside a statement -------------------------------------------------------------------------
@@ -209,16 +229,28 @@ def _spans(module: cst.Module, stmt: cst.CSTNode, text: str, start: int, end: in
     return {key: (offsets[a], offsets[b]) for key, (a, b) in state.spans.items()}
 
 
-def _within(stmt: cst.CSTNode, spans: dict[int, tuple[int, int]] | None, old: str, text: str, low: int, high: int,
-            delta: int, indent: str, module: cst.Module) -> cst.CSTNode | None:
+@dataclass
+class _Splice:
+    """What `_within` changed: the statements from the top-level one down (old and new), the
+    old text's region parsed again, and what it parsed to."""
+
+    path: list[tuple[cst.CSTNode, cst.CSTNode]]
+    start: int
+    end: int
+    part: cst.Module
+
+
+def _within(stmt: cst.CSTNode, spans: dict[int, tuple[int, int]], old: str, text: str, low: int, high: int,
+            delta: int, indent: str, module: cst.Module) -> _Splice | None:
     """`stmt` (a statement of the old text) with the statements of its block that hold the
-    change `old[low:high]` parsed again from `text`; None when that cannot be done exactly."""
-    if spans is None:
-        return None
+    change `old[low:high]` parsed again from `text`; None when that cannot be done exactly (or
+    `spans` lacks a statement of the way)."""
     block = stmt.body  # type: ignore[attr-defined]
     indent += module.default_indent if block.indent is None else block.indent
     body = block.body
     count = len(body)
+    if any(id(s) not in spans for s in body):
+        return None
     offsets = [spans[id(s)][0] for s in body] + [spans[id(body[-1])][1]]
     if not offsets[0] < low or high > offsets[-1]:
         return None  # the change reaches the header, or past the block
@@ -227,7 +259,9 @@ def _within(stmt: cst.CSTNode, spans: dict[int, tuple[int, int]] | None, old: st
     if first == last and offsets[first] < low and _opens_block(body[first]):
         inner = _within(body[first], spans, old, text, low, high, delta, indent, module)
         if inner is not None:
-            return stmt.with_changes(body=block.with_changes(body=[*body[:first], inner, *body[first + 1:]]))
+            new = stmt.with_changes(body=block.with_changes(body=[*body[:first], inner.path[0][1], *body[first + 1:]]))
+            inner.path.insert(0, (stmt, new))
+            return inner
     start, end = offsets[first], offsets[last + 1] + delta
     if last + 1 < count:
         if not _code_at(text, end, indent):
@@ -237,7 +271,29 @@ def _within(stmt: cst.CSTNode, spans: dict[int, tuple[int, int]] | None, old: st
     part = _parse_dedented(text[start:end], indent, module)
     if part is None:
         return None
-    return stmt.with_changes(body=block.with_changes(body=[*body[:first], *part.body, *body[last + 1:]]))
+    new = stmt.with_changes(body=block.with_changes(body=[*body[:first], *part.body, *body[last + 1:]]))
+    return _Splice([(stmt, new)], start, offsets[last + 1], part)
+
+
+def _moved_spans(spans: dict[int, tuple[int, int]], splice: _Splice, delta: int) -> dict[int, tuple[int, int]]:
+    """The spans of the statements of the new top-level statement that are known without
+    rendering it: the ones before and after the region (shifted), those on the way down, and
+    the region's statement when it parsed to one."""
+    moved: dict[int, tuple[int, int]] = {}
+    on_path = {id(old) for old, _ in splice.path}
+    for key, (start, end) in spans.items():
+        if key in on_path:
+            continue
+        if end <= splice.start:
+            moved[key] = (start, end)
+        elif start >= splice.end:
+            moved[key] = (start + delta, end + delta)
+    for old, new in splice.path:
+        start, end = spans[id(old)]
+        moved[id(new)] = (start, end + delta)
+    if len(splice.part.body) == 1:
+        moved[id(splice.part.body[0])] = (splice.start, splice.end + delta)
+    return moved
 
 
 def _code_at(text: str, at: int, indent: str) -> bool:

@@ -142,6 +142,27 @@ def test_random_edits_of_fixtures_give_the_whole_parse(name: str) -> None:
     assert answered >= 0.5 * parsing
 
 
+def test_a_session_of_edits_each_from_the_last() -> None:
+    """Edits made one after the other, each re-parsed from the previous result (as the server
+    does): every result equals the parse of its whole text."""
+    rng = random.Random(7)
+    current = Parsed(SCRIPT, cst.parse_module(SCRIPT))
+    answered = 0
+    for _ in range(300):
+        new = _edits(current.text, rng, 1)[0]
+        whole = _parse(new)
+        if whole is None:
+            continue
+        found = reparse(current, new)
+        if found is not None:
+            answered += 1
+            assert found.module.deep_equals(whole), f"the spliced module differs from the parse of:\n{new}"
+            code, starts = statement_offsets(whole)
+            assert code != new or found.starts == starts
+        current = found if found is not None else Parsed(new, whole)
+    assert answered > 50
+
+
 def test_typing_a_function_character_by_character() -> None:
     """Every prefix of a new function typed at the end of a statement's body: each re-parse
     starts from the previous one, as in an editor."""
