@@ -596,7 +596,7 @@ def _kept_losses(
     targets = {_key(e) for n in body if type(n) is cst.Call for e in _backward_inputs(n)}
     targets.discard("")
     # `loss = out["loss"]; loss.backward()`: `out["loss"]` is the loss too
-    for n in body:
+    for n in body if targets else ():
         if type(n) is cst.Assign and len(n.targets) == 1 and _key(n.targets[0].target) in targets:
             if isinstance(n.value, (cst.Name, cst.Attribute, cst.Subscript)):
                 targets.add(_key(n.value))
@@ -755,7 +755,9 @@ def _backpropagated_names(index: ModuleIndex, scope: cst.CSTNode) -> set[str]:
     """Names that feed a backward() in this function: an accumulated list that is stacked and
     back-propagated is kept on purpose."""
     nodes = list(index.scoped(scope))
-    inputs = [e for n in nodes if isinstance(n, cst.Call) for e in _backward_inputs(n)]
+    inputs = [e for n in nodes if type(n) is cst.Call for e in _backward_inputs(n)]
+    if not inputs:
+        return set()
     keys = {_key(e) for e in inputs}
     out: set[str] = set()
     for e in inputs:
