@@ -39,7 +39,6 @@ class Span:
     end_column: int
 
 
-
 def line_starts(text: str) -> list[int]:
     """The offset of the start of each line of `text` (the first is 0)."""
     starts = [0]
