@@ -142,11 +142,13 @@ def test_random_edits_of_fixtures_give_the_whole_parse(name: str) -> None:
     assert answered >= 0.5 * parsing
 
 
-def test_a_session_of_edits_each_from_the_last() -> None:
+@pytest.mark.parametrize("style", ["lf", "crlf", "tabs"])
+def test_a_session_of_edits_each_from_the_last(style: str) -> None:
     """Edits made one after the other, each re-parsed from the previous result (as the server
-    does): every result equals the parse of its whole text."""
+    does): every result equals the parse of its whole text, whatever the newlines and indents."""
+    text = {"lf": SCRIPT, "crlf": SCRIPT.replace("\n", "\r\n"), "tabs": SCRIPT.replace("    ", "\t")}[style]
     rng = random.Random(7)
-    current = Parsed(SCRIPT, cst.parse_module(SCRIPT))
+    current = Parsed(text, cst.parse_module(text))
     answered = 0
     for _ in range(300):
         new = _edits(current.text, rng, 1)[0]
