@@ -4,9 +4,9 @@ A document is checked when it is opened and saved (at once) and after each chang
 edits pause for `debounce` milliseconds). Checks run one at a time on a worker thread, so the
 server keeps answering while a long file is analysed, and the worker publishes what it found; a
 result for a text that has changed since is dropped, and the newer text's check publishes
-instead. Saving any file checks every open
-document again, as they may import it; saving a configuration file does the same. A notebook
-is checked as a whole (its code cells as one module) and each cell gets its own diagnostics.
+instead. Saving any file checks every open document again, as they may import it; saving a
+configuration file does the same. A notebook is checked as a whole (its code cells as one
+module) and each cell gets its own diagnostics.
 """
 
 from __future__ import annotations
@@ -214,10 +214,12 @@ class LoopcheckServer(LanguageServer):
         """Check a document (or a notebook) and publish its diagnostics (each cell's)."""
         if delay:
             await asyncio.sleep(delay)
-        if self.workspace.get_notebook_document(notebook_uri=uri) is None:
+        workspace = self.workspace
+        notebook = workspace.get_notebook_document(notebook_uri=uri) or workspace.get_notebook_document(cell_uri=uri)
+        if notebook is None:
             await self.check(uri, request)  # published by the check
             return
-        for target, result in (await self.check_notebook(uri) or {}).items():
+        for target, result in (await self.check_notebook(notebook.uri) or {}).items():
             self._send(target, result)
 
     def schedule(self, uri: str, *, debounce: bool = False) -> None:
