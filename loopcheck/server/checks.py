@@ -5,13 +5,12 @@ file's configuration exactly as `loopcheck lint` does (`command.apply_config`, `
 
 Each buffer is checked through the run-long `Project` of its file's project root, the one the
 engine keeps per root: every module is parsed once and kept while its file (or open buffer) is
-unchanged, so an edit re-parses only the edited buffer, and of it only the top-level statements
-the edit touched (`reparse`: the others are shared with the buffer's previous parse). An open
-buffer whose text differs from the file on disk is an *overlay* of the project: the other files
-see the unsaved text, and
-`closed()` puts the file on disk back in its place. The files importing a buffer are analysed
-too (findings their models make in it are shown in it), as `loopcheck lint` does. Only findings
-located in the buffer itself are returned.
+unchanged, so an edit re-parses only the edited buffer, and of it only the statements the edit
+touched (`reparse`: the others are shared with the buffer's previous parse). An open buffer
+whose text differs from the file on disk is an *overlay* of the project: the other files see the
+unsaved text, and `closed()` puts the file on disk back in its place. The files importing a
+buffer are analysed too (findings their models make in it are shown in it), as `loopcheck lint`
+does. Only findings located in the buffer itself are returned.
 """
 
 from __future__ import annotations
