@@ -39,7 +39,6 @@ class Span:
     end_column: int
 
 
-
 def line_starts(text: str) -> list[int]:
     """The offset of the start of each line of `text` (the first is 0)."""
     starts = [0]
@@ -204,6 +203,24 @@ def _module_codegen(module: cst.Module, state: CodegenState) -> list[int]:
         state.pop_trailing_newline()
     state.after_codegen(module)
     return starts
+
+
+def statement_offsets(module: cst.Module) -> tuple[str, list[int]]:
+    """`module.code`, and the offset in it where each top-level statement starts (its leading
+    lines included), and last where the footer starts."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    tokens = _module_codegen(module, state)
+    offsets = list(accumulate((len(t) for t in state.tokens), initial=0))
+    return "".join(state.tokens), [offsets[min(t, len(offsets) - 1)] for t in tokens]
+
+
+def rendered_length(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> int:
+    """The length of the code of `nodes` (a module's header or footer lines, say) rendered in
+    `module`."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    for node in nodes:
+        node._codegen(state)
+    return sum(map(len, state.tokens))
 
 
 def table_for(module: cst.Module) -> PositionTable:

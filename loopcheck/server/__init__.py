@@ -6,8 +6,9 @@ It shows `loopcheck lint` findings as diagnostics while a file is edited, offers
 
 Modules: `checks` (the one place that calls the lint engine), `settings` (client settings and the
 pyproject.toml configuration of each file), `convert` (findings and edits to LSP positions),
-`actions` (code actions), `hover` (rule pages), `notebooks` (cells linted as one module) and
-`app` (the pygls wiring: documents, debouncing, publishing).
+`actions` (code actions), `hover` (rule pages), `notebooks` (cells linted as one module),
+`reparse` (an edited buffer parsed again only where it changed), `stdio` (the event loop reading
+stdin) and `app` (the pygls wiring: documents, debouncing, publishing).
 """
 
 from __future__ import annotations

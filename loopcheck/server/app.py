@@ -2,16 +2,20 @@
 
 A document is checked when it is opened and saved (at once) and after each change (once the
 edits pause for `debounce` milliseconds). Checks run one at a time on a worker thread, so the
-server keeps answering while a long file is analysed; a result for a text that has changed since
-is dropped, and the newer text's check publishes instead. Saving any file checks every open
-document again, as they may import it; saving a configuration file does the same. A notebook
-is checked as a whole (its code cells as one module) and each cell gets its own diagnostics.
+server keeps answering while a long file is analysed, and the worker publishes what it found; a
+result for a text that has changed since is dropped, and the newer text's check publishes
+instead. Saving any file checks every open document again, as they may import it; saving a
+configuration file does the same. A notebook is checked as a whole (its code cells as one
+module) and each cell gets its own diagnostics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import itertools
 import logging
+import threading
 from urllib.parse import unquote
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +39,8 @@ from loopcheck.server.settings import CONFIG_FILES, Configurations, Settings
 T = TypeVar("T")
 
 log = logging.getLogger("loopcheck.server")
+
+_GC_THRESHOLD = 50_000  # allocations between two collections of the youngest generation
 
 
 @dataclass
@@ -79,6 +85,14 @@ class LoopcheckServer(LanguageServer):
         self.pending: dict[str, asyncio.Task] = {}
         # one check at a time: the engine's caches are not meant to be shared between threads
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopcheck-check")
+        # A document's diagnostics are published by the check that found them, on the worker
+        # (a hand-off back to the event loop first costs a wait for a core on a busy machine).
+        # Each request to publish has a number; a newer request, or closing the document,
+        # makes an older one's result stale. `publishing` is held while a result is found
+        # current and sent, and while a closed document's diagnostics are cleared.
+        self.publishing = threading.Lock()
+        self.requests: dict[str, int] = {}
+        self._requested = itertools.count(1)
 
     # -- settings ------------------------------------------------------------------------------
 
@@ -140,24 +154,37 @@ class LoopcheckServer(LanguageServer):
             return None
         return checks.fix_all(path, text, config, unsafe=unsafe)
 
-    async def check(self, uri: str) -> Checked | None:
+    async def check(self, uri: str, request: int | None = None) -> Checked | None:
         """Check the document's current text; None when it changed or closed meanwhile.
-        A notebook cell is checked with its notebook."""
+        `request`: the number of the request to publish the result, published at once while
+        it is the document's latest. A notebook cell is checked with its notebook."""
         notebook = self.workspace.get_notebook_document(cell_uri=uri)
         if notebook is not None:
             return (await self.check_notebook(notebook.uri) or {}).get(uri)
         document = self.document(uri)
         if document is None or not _is_python(document):
             return None
-        version, text = document.version, document.source
-        outcome = await self.on_worker(self._diagnose, _path(document), text)
-        document = self._unchanged(uri, version, text)
-        if document is None:
-            return None
+        return await self.on_worker(self._check_text, uri, document.version, document.source, _path(document), request)
+
+    def _check_text(self, uri: str, version: int | None, text: str, path: Path | None,
+                    request: int | None) -> Checked | None:
+        """On the worker: check one version of a document, publish the result when asked."""
+        outcome = self._diagnose(path, text)
         if isinstance(outcome, checks.Diagnosis):
             outcome = (outcome.findings, outcome.errors)
-        result = self.checked[uri] = self._checked(document, outcome)
+        with self.publishing:
+            document = self._unchanged(uri, version, text)
+            if document is None:
+                return None
+            result = self.checked[uri] = self._checked(document, outcome)
+            if request is not None and self.requests.get(uri) == request:
+                self._send(uri, result)
         return result
+
+    def _send(self, uri: str, result: Checked) -> None:
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=uri, diagnostics=result.diagnostics, version=result.version)
+        )
 
     async def check_notebook(self, uri: str) -> dict[str, Checked] | None:
         """Check a notebook's code cells as one module; each cell's result, or None when a cell
@@ -183,27 +210,25 @@ class LoopcheckServer(LanguageServer):
         self.checked.update(results)
         return results
 
-    async def publish(self, uri: str, delay: float = 0.0) -> None:
+    async def publish(self, uri: str, delay: float = 0.0, request: int | None = None) -> None:
         """Check a document (or a notebook) and publish its diagnostics (each cell's)."""
         if delay:
             await asyncio.sleep(delay)
-        if self.workspace.get_notebook_document(notebook_uri=uri) is not None:
-            results = await self.check_notebook(uri) or {}
-        else:
-            result = await self.check(uri)
-            results = {uri: result} if result is not None else {}
-        for target, result in results.items():
-            self.text_document_publish_diagnostics(
-                types.PublishDiagnosticsParams(uri=target, diagnostics=result.diagnostics, version=result.version)
-            )
+        workspace = self.workspace
+        notebook = workspace.get_notebook_document(notebook_uri=uri) or workspace.get_notebook_document(cell_uri=uri)
+        if notebook is None:
+            await self.check(uri, request)  # published by the check
+            return
+        for target, result in (await self.check_notebook(notebook.uri) or {}).items():
+            self._send(target, result)
 
     def schedule(self, uri: str, *, debounce: bool = False) -> None:
         """Check a document soon; a newer request replaces one that has not finished."""
-        old = self.pending.pop(uri, None)
-        if old is not None:
-            old.cancel()
+        with self.publishing:
+            self.forget(uri, keep_result=True)
+            request = self.requests[uri] = next(self._requested)
         delay = self.settings.debounce_ms / 1000 if debounce else 0.0
-        task = asyncio.ensure_future(self.publish(uri, delay))
+        task = asyncio.ensure_future(self.publish(uri, delay, request))
         self.pending[uri] = task
         task.add_done_callback(lambda t, uri=uri: self._done(uri, t))
 
@@ -238,11 +263,14 @@ class LoopcheckServer(LanguageServer):
             return result
         return await self.check(uri)
 
-    def forget(self, uri: str) -> None:
+    def forget(self, uri: str, *, keep_result: bool = False) -> None:
+        """Cancel the document's pending check (a running one publishes nothing)."""
+        self.requests.pop(uri, None)
         task = self.pending.pop(uri, None)
         if task is not None:
             task.cancel()
-        self.checked.pop(uri, None)
+        if not keep_result:
+            self.checked.pop(uri, None)
 
     # -- code actions and hover ----------------------------------------------------------------
 
@@ -369,8 +397,9 @@ def build() -> LoopcheckServer:
     def did_close(ls: LoopcheckServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         last = ls.checked.get(uri)
-        ls.forget(uri)
-        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        with ls.publishing:  # a check running now finds the document gone, or is cleared here
+            ls.forget(uri)
+            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
         path = to_fs_path(uri) if uri.startswith("file:") else None
         if last is not None and path:
             ls.worker.submit(checks.closed, Path(path))  # the others see the file on disk again
@@ -417,5 +446,11 @@ def build() -> LoopcheckServer:
 
 def serve() -> None:
     """Speak LSP on stdin / stdout until the client says exit."""
+    from loopcheck.server.stdio import start_io
+
     logging.basicConfig(level=logging.WARNING, format="loopcheck server: %(levelname)s: %(message)s")
-    build().start_io()
+    # A check builds a parse tree and a loop model (some 10^5 objects) that live until the next
+    # check; at the default threshold (700 allocations) the cyclic collector walks them dozens
+    # of times per check. The server's process collects far less often.
+    gc.set_threshold(_GC_THRESHOLD, 20, 20)
+    start_io(build())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -40,8 +41,10 @@ class ServerError(Exception):
 
 
 class LspClient:
-    def __init__(self, cwd: Path, *, timeout: float = 60.0, path: list[Path] = ()) -> None:
-        """`path`: folders put before the repository on the server's PYTHONPATH."""
+    def __init__(self, cwd: Path, *, timeout: float = 60.0, path: list[Path] = (), inline: bool = False) -> None:
+        """`path`: folders put before the repository on the server's PYTHONPATH. `inline`: the
+        server's messages are read by the thread waiting for one (as an editor's event loop
+        reads them: one wake-up per message), not by a reader thread that hands them over."""
         self.timeout = timeout
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [*map(str, path), str(REPO), env.get("PYTHONPATH")]))
@@ -57,7 +60,10 @@ class LspClient:
         self.requests: list[dict] = []  # the server's requests to the client (each answered with null)
         self.stderr: list[bytes] = []
         self._write_lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.inline = inline
+        self._buffer = bytearray()  # read from the server, not yet filed (inline reading)
+        if not inline:
+            threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._drain_stderr, daemon=True).start()
 
     # -- wire ----------------------------------------------------------------------------------
@@ -86,20 +92,54 @@ class LspClient:
                 name, _, value = line.partition(b":")
                 if name.lower() == b"content-length":
                     length = int(value)
-            if length is None:
-                continue
-            message = json.loads(stream.read(length))
-            if "method" in message and "id" in message:  # a request from the server: accept it
-                self.requests.append(message)
-                self._send({"id": message["id"], "result": None})
-                continue
-            with self._lock:
-                if "id" in message and "method" not in message:
-                    self._responses[message["id"]] = message
-                else:
-                    self.notifications.append(message)
-                    self.received.append(message)
-                self._lock.notify_all()
+            if length is not None:
+                self._file(json.loads(stream.read(length)))
+
+    def _file(self, message: dict) -> None:
+        """Keep a message from the server where the waiting side looks for it."""
+        if "method" in message and "id" in message:  # a request from the server: accept it
+            self.requests.append(message)
+            self._send({"id": message["id"], "result": None})
+            return
+        with self._lock:
+            if "id" in message and "method" not in message:
+                self._responses[message["id"]] = message
+            else:
+                self.notifications.append(message)
+                self.received.append(message)
+            self._lock.notify_all()
+
+    def _wait(self, left: float) -> None:
+        """Wait (at most `left` seconds) for the server's next message; called holding the lock."""
+        if not self.inline:
+            self._lock.wait(left)
+            return
+        if self._file_buffered():
+            return
+        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        if select.select([fd], [], [], left)[0]:
+            self._buffer += os.read(fd, 1 << 16)
+            self._file_buffered()
+
+    def _file_buffered(self) -> bool:
+        """File the complete messages read so far (inline reading); whether there was one."""
+        filed = False
+        while True:
+            head_end = self._buffer.find(b"\r\n\r\n")
+            if head_end == -1:
+                return filed
+            length = None
+            for line in bytes(self._buffer[:head_end]).split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body = head_end + 4
+            if length is None or len(self._buffer) < body + length:
+                return filed
+            message = json.loads(bytes(self._buffer[body:body + length]))
+            del self._buffer[:body + length]
+            self._file(message)
+            filed = True
 
     def _drain_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -121,7 +161,7 @@ class LspClient:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.proc.poll() is not None:
                     raise TimeoutError(f"no answer to {method}; server stderr:\n{self.stderr_text()}")
-                self._lock.wait(left)
+                self._wait(left)
             response = self._responses.pop(msg_id)
         if "error" in response:
             raise ServerError(response["error"])
@@ -140,7 +180,7 @@ class LspClient:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.proc.poll() is not None:
                     raise TimeoutError(f"no {method} notification; server stderr:\n{self.stderr_text()}")
-                self._lock.wait(left)
+                self._wait(left)
 
     def stderr_text(self) -> str:
         return b"".join(self.stderr).decode("utf-8", "replace")

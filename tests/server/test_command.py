@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
 import pytest
@@ -69,3 +71,20 @@ def test_the_server_runs_without_torch(tmp_path):
     finally:
         if client.proc.poll() is None:
             client.proc.kill()
+
+
+def test_the_event_loop_reads_stdin_itself_only_from_a_pipe_or_socket(tmp_path):
+    from loopcheck.server.stdio import watchable  # needs pygls, like the server
+
+    read, write = os.pipe()
+    try:
+        with open(read, "rb", closefd=False) as pipe:
+            assert watchable(pipe) is (os.name == "posix")
+    finally:
+        os.close(read)
+        os.close(write)
+    left, right = socket.socketpair()
+    with left, right, left.makefile("rb") as stream:
+        assert watchable(stream) is (os.name == "posix")
+    with open(tmp_path / "messages.txt", "wb") as file:
+        assert not watchable(file)  # a file: pygls's own reader

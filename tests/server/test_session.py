@@ -183,6 +183,48 @@ def test_closing_a_document_clears_its_diagnostics(server, path):
     assert server.diagnostics(path) == []
 
 
+def test_a_document_closed_while_it_is_checked_stays_cleared(start, project):
+    """The check running when the document closes publishes nothing after the clearing."""
+    server = start({"debounce": 0})
+    path, other = write(project / "train.py", FIXED), write(project / "other.py", FIXED)
+    server.open(path, FIXED)
+    assert server.diagnostics(path, version=1) == []
+    server.change(path, 2, [{"text": BUGGY}])
+    server.notify("textDocument/didClose", {"textDocument": {"uri": path.as_uri()}})
+    server.open(other, FIXED)  # checked after train.py's check: the one worker takes them in turn
+    assert server.diagnostics(other, version=1) == []
+    published = [m["params"] for m in server.received
+                 if m["method"] == "textDocument/publishDiagnostics" and m["params"]["uri"] == path.as_uri()]
+    assert published[-1]["diagnostics"] == []
+    assert server.close() == 0
+
+
+def test_edits_inside_a_loop_give_the_diagnostics_of_each_text(start, project):
+    """Typing inside the training loop, one edit at a time (each re-parsed from the previous
+    parse): the diagnostics are those of the whole text, each time."""
+    server = start({"debounce": 0})
+    path = write(project / "train.py", FIXED)
+    server.open(path, FIXED)
+    assert server.diagnostics(path, version=1) == []
+    text, version = FIXED, 1
+    line = position_of(FIXED, "optimizer.step()")["line"]
+    for typed in ("# optimizer.zero_grad()", "optimizer.zero_grad()"):  # a comment, then the bug
+        version += 1
+        edit = {"range": {"start": {"line": line, "character": 12}, "end": {"line": line, "character": 12}}, "text": typed + "\n            "}
+        server.change(path, version, [edit])
+        text = apply_edits(text, [{**edit, "newText": edit["text"]}])
+        assert found(server.diagnostics(path, version=version)) == found_in(text)
+    assert ("LC102", line) in found_in(text)  # the reset now sits between backward and step
+    assert server.close() == 0
+
+
+def found_in(text: str) -> list[tuple[str, int]]:
+    """What `loopcheck lint` finds in a text, as (code, 0-based line)."""
+    from loopcheck.lint.api import lint_source
+
+    return sorted((f.code, f.line - 1) for f in lint_source(text, "train.py"))
+
+
 def test_a_burst_of_changes_ends_with_the_diagnostics_of_the_last_text(start, project):
     server = start({"debounce": 200})
     path = write(project / "train.py", FIXED)

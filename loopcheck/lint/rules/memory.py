@@ -169,14 +169,15 @@ class LossFlow(Flow):
     # -- losses -----------------------------------------------------------------------------
 
     def returns_graph_loss(self, func: Where) -> bool:
-        """True when every return of `func` is a loss it called backward() on (not `.item()`)."""
-        found = self._graph_losses.get(id(func.node))
+        """True when every return of `func` is a loss it called backward() on (not `.item()`).
+        The answer for a function of another project module is kept with that module."""
+        known = self._graph_losses if func.index is self.main else fact(func.index.module, "memory.graph_losses", dict)
+        found = known.get(id(func.node))
         if found is None:
             calls = (n for n in func.index.scoped(func.node) if type(n) is cst.Call)
             targets = {_key(e) for call in calls for e in _backward_inputs(call)}
             returns = self.returns(func)
-            found = bool(returns) and bool(targets) and all(_key(r) in targets for r in returns)
-            self._graph_losses[id(func.node)] = found
+            found = known[id(func.node)] = bool(returns) and bool(targets) and all(_key(r) in targets for r in returns)
         return found
 
     def sink(self, index: ModuleIndex, call: cst.Call, depth: int = 0) -> Sink | None:
@@ -595,7 +596,7 @@ def _kept_losses(
     targets = {_key(e) for n in body if type(n) is cst.Call for e in _backward_inputs(n)}
     targets.discard("")
     # `loss = out["loss"]; loss.backward()`: `out["loss"]` is the loss too
-    for n in body:
+    for n in body if targets else ():
         if type(n) is cst.Assign and len(n.targets) == 1 and _key(n.targets[0].target) in targets:
             if isinstance(n.value, (cst.Name, cst.Attribute, cst.Subscript)):
                 targets.add(_key(n.value))
@@ -660,7 +661,11 @@ def _stores_detached(flow: LossFlow, index: ModuleIndex, call: cst.Call) -> bool
     method = flow.method(holder.where, func.attr.value)
     if method is None:
         return False
-    return bool(_DETACHED_TEXT.search(method.index.module.code_for_node(method.node)))
+    known = fact(method.index.module, "memory.stores_detached", dict)  # rendering the method is the cost
+    found = known.get(id(method.node))
+    if found is None:
+        found = known[id(method.node)] = bool(_DETACHED_TEXT.search(method.index.module.code_for_node(method.node)))
+    return found
 
 
 def _spared(
@@ -750,7 +755,9 @@ def _backpropagated_names(index: ModuleIndex, scope: cst.CSTNode) -> set[str]:
     """Names that feed a backward() in this function: an accumulated list that is stacked and
     back-propagated is kept on purpose."""
     nodes = list(index.scoped(scope))
-    inputs = [e for n in nodes if isinstance(n, cst.Call) for e in _backward_inputs(n)]
+    inputs = [e for n in nodes if type(n) is cst.Call for e in _backward_inputs(n)]
+    if not inputs:
+        return set()
     keys = {_key(e) for e in inputs}
     out: set[str] = set()
     for e in inputs:
