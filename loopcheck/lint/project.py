@@ -135,6 +135,8 @@ class Project:
         self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
         self._stamps: dict[str, tuple[int, int] | None] = {}  # path as asked -> stamp, for the run `_stamps_of`
         self._stamps_of: object = None
+        self._reals: dict[str, str] = {}  # path as asked -> its real path, for the run `_reals_of`
+        self._reals_of: object = None
         # ("search" or "count", path, pattern) -> (stamp, answer): asked by the analysis of each
         # file that follows the module
         self._searches: dict[tuple[str, str, Any], tuple[Any, Any]] = {}
@@ -296,6 +298,18 @@ class Project:
             stamp = self._stamps[key] = file_stamp(path)
         return stamp  # type: ignore[return-value]
 
+    def real_path(self, path: Path | str) -> str:
+        """`os.path.realpath(path)`, found once per run (`steady_files`) for each path asked."""
+        if not _STEADY:
+            return os.path.realpath(path)
+        if self._reals_of is not _STEADY[0]:
+            self._reals, self._reals_of = {}, _STEADY[0]
+        key = os.fspath(path)
+        found = self._reals.get(key)
+        if found is None:
+            found = self._reals[key] = os.path.realpath(key)
+        return found
+
     def read(self, path: Path | str, *, noted: bool = True) -> bytes:
         """The bytes of `path` as this project sees them (an open buffer's, else the file's).
         `noted`: the analysis reading depends on all of them (else the caller records what it
@@ -316,7 +330,7 @@ class Project:
         target = self.resolve(from_path, module, level)
         if self._consulting and from_path and not from_path.startswith("<"):
             self._notes(self._resolution(from_path, module, level)[1])  # a module created there is followed instead
-        if target is None or os.path.realpath(target) == os.path.realpath(from_path):
+        if target is None or self.real_path(target) == self.real_path(from_path):
             return None
         return self.parse(target, whole=whole)
 
@@ -472,7 +486,7 @@ class Project:
 
     def _imports_in(self, path: Path | str, summary: ModuleSummary) -> tuple[list[Path], tuple[str, ...]]:
         here = str(path)
-        real = os.path.realpath(here)
+        real = self.real_path(here)
         found: dict[Path, None] = {}
         absent: dict[str, None] = {}
         for module, level in summary.import_targets():
@@ -492,7 +506,7 @@ class Project:
         found = self._reach.get(path) if type(path) is str else None  # type: ignore[call-overload]
         if found is not None:  # already a real path asked about (the hot case)
             return found
-        key = os.path.realpath(path)
+        key = self.real_path(path)
         if key not in self._reach:
             seen: dict[str, None] = {key: None}
             queue = [key]
@@ -524,7 +538,7 @@ class Project:
     def dependents(self, path: Path) -> list[str]:
         """Every project file that imports `path`, directly or through other project modules
         (absolute paths, nearest first, `path` itself excluded)."""
-        start = os.path.realpath(path)
+        start = self.real_path(path)
         seen: dict[str, None] = {start: None}
         queue = [start]
         while queue:
@@ -762,7 +776,7 @@ class Project:
         text). True when a reached module cannot be summarised: it may. (A module in an import
         cycle reaches itself.) Settled for every module met on the way, once per run: each
         strongly connected part of the import graph is walked once, not once per importer."""
-        key = os.path.realpath(path)
+        key = self.real_path(path)
         with self._unrecorded():  # the answer is what the asking analysis depends on
             self._settle_edits()
             known = self._mentions.setdefault(words, {})
