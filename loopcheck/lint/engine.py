@@ -88,8 +88,6 @@ class FileResult:
     # (kind, path, argument, answer), see `Project.answer`; and the files they were answered from
     facts: list[tuple[str, str, Any, Any]] | None = None
     sources: list[str] | None = None
-    # the project modules this process parsed for the analysis (`check_files`: where to send next)
-    parsed: list[str] | None = None
 
 
 @dataclass
@@ -628,9 +626,9 @@ def check_files(
 
     Each file is analysed once, in the worker pool; so is each file outside `files` that imports
     one of them (its model may report into it). Then every finding goes to the file it is
-    located in, and that file's suppression comments apply. Files go to the workers one at a
-    time, each to the worker that holds most of the modules it imports (`workers`): a module
-    is parsed once per worker that needs it.
+    located in, and that file's suppression comments apply. Files go to the workers in small
+    chunks in the order given (folder order after `discover`), so the files of one package land
+    in the same worker and share its project: a module they import is parsed once per worker.
 
     `promise_fixes`: also work out, in the same worker, what `--fix` would fix in each file
     whose own findings carry fixes (`FileResult.fixes_applied`): the fix runs re-lint the file,
@@ -707,43 +705,14 @@ def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: 
                  jobs: int | None) -> list[FileResult]:
     workers = min(jobs or os.cpu_count() or 1, len(tasks))
     if workers > 1 and len(tasks) >= _PARALLEL_MIN_FILES and _picklable(enabled):
-        from loopcheck.lint.workers import analyse_in_workers
+        from concurrent.futures import ProcessPoolExecutor
 
         _import_analysis()  # once here rather than in every worker (they start as copies of this process)
-        return analyse_in_workers(tasks, _analyse_one, workers, setup=_worker_setup, needs=_ImportedBy(),
-                                  parsed=lambda result: result.parsed or ())
+        chunk = max(1, min(8, len(tasks) // (workers * 16)))
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
+            return list(pool.map(_analyse_one, tasks, chunksize=chunk))
     with _collector_relaxed():
         return [_analyse_one(task) for task in tasks]
-
-
-class _ImportedBy:
-    """What a task's analysis may parse, for sending it where that is parsed already: its file,
-    and the project modules the file imports (`workers.imports_in`) when it names PyTorch (the
-    others are seldom analysed: not worth resolving their imports)."""
-
-    def __init__(self) -> None:
-        self._projects: dict[str, Any] = {}
-
-    def __call__(self, task: tuple[str, Callable[[str], bool], bool]) -> list[str]:
-        from loopcheck.lint.workers import imports_in
-
-        path = os.path.abspath(task[0])
-        found = {path: None}
-        try:
-            with open(path, "rb") as fh:
-                source = fh.read()
-        except OSError:
-            return list(found)
-        if b"torch" not in source:
-            return list(found)
-        project = _project_in(path, self._projects)
-        if project is None:
-            return list(found)
-        for module, level in imports_in(source):
-            target = project.resolve(path, module, level)
-            if target is not None:
-                found[str(target)] = None
-        return list(found)
 
 
 def _depended_on(path: str, analyses: dict[str, FileResult], project: Any) -> list[str]:
@@ -766,10 +735,7 @@ def _depended_on(path: str, analyses: dict[str, FileResult], project: Any) -> li
 def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:
     path, enabled, promise_fixes = args
     project = project_for(path)
-    before = set(project.parses) if project is not None else set()
     result = _analysed(path, enabled, project)
-    if project is not None:
-        result.parsed = [p for p in project.parses if p not in before]
     if promise_fixes and result.findings:
         from loopcheck.lint.fixes.files import SourceText, fixes_applied
         from loopcheck.lint.output.report import fix_kind
