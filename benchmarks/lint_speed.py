@@ -22,11 +22,14 @@ libcst parse of the same files with the same number of worker processes, interle
 peak memory of the lint process; `--per-file` adds each file's check against its own parse
 (one process, the run's shared project), and `--edit-one` the re-lint after one file changes
 on a warm cache against the parse of that file alone (each edit made `--repeat` times), and
-`--warm` the cold command line against the same command on the unchanged tree with a warm cache.
+`--warm` the cold command line against the same command on the unchanged tree with a warm cache;
+`--against CHECKOUT` times another source tree of loopcheck (an older commit, checked out with
+`git worktree add`) on the same tree, interleaved with this one.
 
     python benchmarks/lint_speed.py [--files 500] [--jobs N] [--repeat 5] [--select LC1]
     python benchmarks/lint_speed.py --single-lines 20000 [--repeat 3]
     python benchmarks/lint_speed.py --tree /usr/lib/python3.11/email [--per-file] [--edit-one] [--warm]
+    python benchmarks/lint_speed.py --tree DIR --against /tmp/old-checkout
 """
 
 from __future__ import annotations
@@ -171,13 +174,15 @@ def against_torchfix(root: Path, jobs: int, repeat: int) -> None:
     print(f"ratio loopcheck / torchfix: {o / t:.2f}x  (below 1: loopcheck is faster; TorchFix runs other, syntax-level rules, so this is for scale)")
 
 
-def cli_run(command: list[str]) -> tuple[float, int]:
-    """Seconds and peak resident memory (KiB, the largest process of the run) of one command."""
+def cli_run(command: list[str], checkout: Path = REPO) -> tuple[float, int]:
+    """Seconds and peak resident memory (KiB, the largest process of the run) of one command,
+    run with loopcheck from `checkout` (a source tree of it: this one, or an older one)."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    env = {**os.environ, "PYTHONPATH": str(checkout)} if checkout != REPO else None
     start = time.perf_counter()
-    subprocess.run(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(command, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     elapsed = time.perf_counter() - start
     return elapsed, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
@@ -194,30 +199,36 @@ def copy_trees(trees: list[Path], scratch: Path) -> Path:
     return root
 
 
-def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: bool, warm: bool) -> None:
+def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: bool, warm: bool,
+                 against: Path | None = None) -> None:
     files, _ = discover([root])
     lines = sum(f.read_bytes().count(b"\n") for f in files)
+    checkouts = [REPO] + ([against] if against is not None else [])
     parse_times: list[float] = []
-    lint_times: list[float] = []
     parse_cpu: list[float] = []
-    lint_cpu: list[float] = []
+    lint_times: dict[Path, list[float]] = {c: [] for c in checkouts}
+    lint_cpu: dict[Path, list[float]] = {c: [] for c in checkouts}
     peak = 0
-    for _ in range(repeat):
+    for i in range(repeat):
         before = _cpu()
         parse_times.append(parse_all(files, jobs))
         parse_cpu.append(_cpu() - before)
-        before = _cpu()
-        elapsed, peak = cli_run(loopcheck_cli(root, jobs, cache=False))
-        lint_cpu.append(_cpu() - before)
-        lint_times.append(elapsed)
-    p, lint = statistics.median(parse_times), statistics.median(lint_times)
-    pc, lc = statistics.median(parse_cpu), statistics.median(lint_cpu)
+        for checkout in checkouts if i % 2 == 0 else checkouts[::-1]:  # neither always runs first
+            before = _cpu()
+            elapsed, used = cli_run(loopcheck_cli(root, jobs, cache=False), checkout)
+            lint_cpu[checkout].append(_cpu() - before)
+            lint_times[checkout].append(elapsed)
+            peak = used if checkout == REPO else peak
+    p, pc = statistics.median(parse_times), statistics.median(parse_cpu)
     print(f"trees: {len(list(root.iterdir())) - 1}  files: {len(files)}  lines: {lines}  workers: {jobs}  repeats: {repeat}")
     print(f"bare libcst parse: median {p:.2f}s  ({', '.join(f'{t:.2f}' for t in parse_times)})")
-    print(f"loopcheck lint --no-cache: median {lint:.2f}s  ({', '.join(f'{t:.2f}' for t in lint_times)})")
-    print(f"ratio: {lint / p:.2f}x  (target <= 2.0x)   peak memory of one lint process: {peak / 1024:.0f} MiB")
-    # CPU time is what a loaded machine distorts least; the start-up of the command is in it
-    print(f"CPU time: parse {pc:.2f}s  lint {lc:.2f}s  ratio {lc / pc:.2f}x")
+    for checkout in checkouts:
+        lint, lc = statistics.median(lint_times[checkout]), statistics.median(lint_cpu[checkout])
+        name = "" if checkout == REPO else f" ({checkout})"
+        print(f"loopcheck lint --no-cache{name}: median {lint:.2f}s  ({', '.join(f'{t:.2f}' for t in lint_times[checkout])})")
+        print(f"ratio: {lint / p:.2f}x  (target <= 2.0x)" + ("" if name else f"   peak memory of one lint process: {peak / 1024:.0f} MiB"))
+        # CPU time is what a loaded machine distorts least; the start-up of the command is in it
+        print(f"CPU time: parse {pc:.2f}s  lint {lc:.2f}s  ratio {lc / pc:.2f}x")
     if per_file:
         worst_file(files)
     if edit_one:
@@ -354,13 +365,13 @@ def _body_edit(source: bytes, i: int) -> bytes | None:
     return b"".join(lines)
 
 
-def compile_loopcheck() -> None:
+def compile_loopcheck(checkout: Path = REPO) -> None:
     """Byte-compile loopcheck's own modules first, as installing a package does: where bytecode
     writing is off (`PYTHONDONTWRITEBYTECODE`), every command would otherwise compile the linter's
     sources again, and that start-up cost would be counted as linting."""
     import compileall
 
-    compileall.compile_dir(REPO / "loopcheck", quiet=1)
+    compileall.compile_dir(checkout / "loopcheck", quiet=1)
 
 
 def main() -> None:
@@ -375,15 +386,20 @@ def main() -> None:
     parser.add_argument("--per-file", action="store_true", help="with --tree: each file against its own parse")
     parser.add_argument("--edit-one", action="store_true", help="with --tree: re-lint after one file changes, warm cache")
     parser.add_argument("--warm", action="store_true", help="with --tree: the command line cold against a warm cache")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="with --tree: also time the command of this other checkout of loopcheck, interleaved")
     args = parser.parse_args()
     compile_loopcheck()
+    if args.against:
+        compile_loopcheck(args.against)
     if args.tree:
         for tree in args.tree:
             if not tree.is_dir():
                 raise SystemExit(f"--tree {tree}: not a directory")
         with tempfile.TemporaryDirectory(prefix="loopcheck-tree-") as tmp:
             root = copy_trees(args.tree, Path(tmp))
-            measure_tree(root, args.jobs, args.repeat, args.per_file, args.edit_one, args.warm)
+            measure_tree(root, args.jobs, args.repeat, args.per_file, args.edit_one, args.warm,
+                         args.against.resolve() if args.against else None)
         return
     with tempfile.TemporaryDirectory(prefix="loopcheck-speed-") as tmp:
         root = Path(tmp)

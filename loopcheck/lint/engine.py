@@ -543,6 +543,15 @@ def project_for(path: str | Path) -> Any:
     return found
 
 
+def _project_in(path: str, known: dict[str, Any]) -> Any:
+    """`project_for(path)`, asked once per folder in `known` (folder -> project): finding a
+    project's root costs a stat per marker and folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in known:
+        known[folder] = project_for(path)
+    return known[folder]
+
+
 # ------------------------------------------------------------------------------------------
 # many files
 # ------------------------------------------------------------------------------------------
@@ -661,12 +670,9 @@ def check_files(
         results.append(result)
     if store is not None:
         by_path = {os.path.realpath(a.path): a for a in analyses}
-        projects: dict[str, Any] = {}  # folder -> project (finding a root costs a stat per marker and folder)
+        projects: dict[str, Any] = {}
         for result in results:
-            folder = os.path.dirname(os.path.abspath(result.path))
-            if folder not in projects:
-                projects[folder] = project_for(result.path)
-            result.consulted = _depended_on(result.path, by_path, projects[folder])
+            result.consulted = _depended_on(result.path, by_path, _project_in(result.path, projects))
     return results
 
 
@@ -751,9 +757,15 @@ def _unlinted_dependents(names: list[str]) -> list[str]:
     whole project, as when its root is linted)."""
     linted = {os.path.realpath(n) for n in names}
     extra: dict[str, None] = {}
+    whole: dict[int, bool] = {}  # project -> whether `names` hold all of its files
+    known: dict[str, Any] = {}
     for name in names:
-        project = project_for(name)
-        if project is None or all(str(f) in linted for f in project.files()):
+        project = _project_in(name, known)
+        if project is None:
+            continue
+        if id(project) not in whole:
+            whole[id(project)] = all(str(f) in linted for f in project.files())
+        if whole[id(project)]:
             continue
         for dependent in project.dependents(Path(name)):
             if dependent not in linted:

@@ -17,6 +17,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.fixes import applicability, describe_fix, module_methods
 from loopcheck.lint.fixes.edits import Edit, apply_edits, edit_offsets
+from loopcheck.lint.fixes.neutral import neutral
 
 if TYPE_CHECKING:
     from loopcheck.lint.context import FileContext
@@ -137,21 +138,11 @@ def fix_source(
     `linter(source, path)` defaults to the engine; `remaining` holds the enabled findings of the
     final source."""
     lint = linter or default_linter
-    allowed = {"safe", "unsafe"} if unsafe else {"safe"}
     findings = list(lint(source, path))
     fixed: list[Finding] = []
     refused: dict[tuple, tuple[Finding, str]] = {}
     for _ in range(MAX_PASSES):
-        candidates = []
-        fixes = _Fixes(source, path, getattr(lint, "attaches_fixes", False))
-        for f in findings:
-            if not enabled(f.code) or applicability(f.code) not in allowed:
-                continue
-            fix = fixes.of(f)
-            if fix is not None and fix.get("edits"):
-                edits = _edits(fix)
-                if _key(f, edits) not in refused:
-                    candidates.append((f, edits))
+        candidates = _candidates(source, path, findings, unsafe, enabled, lint, refused)
         if not candidates:
             break
         step = _apply_pass(source, path, findings, candidates, lint, refused)
@@ -163,6 +154,45 @@ def fix_source(
     still = {(f.code, f.message) for f in remaining}
     rejected = [(f, why) for f, why in refused.values() if (f.code, f.message) in still]
     return FixResult(source=source, fixed=fixed, remaining=remaining, rejected=rejected)
+
+
+def _candidates(source: str, path: str, findings: Sequence[Finding], unsafe: bool, enabled: Callable[[str], bool],
+                lint: Linter, refused: dict[tuple, tuple[Finding, str]]) -> list[Candidate]:
+    """The findings of `source` whose fix a pass tries, with the fix's edits."""
+    allowed = {"safe", "unsafe"} if unsafe else {"safe"}
+    fixes = _Fixes(source, path, getattr(lint, "attaches_fixes", False))
+    candidates = []
+    for f in findings:
+        if not enabled(f.code) or applicability(f.code) not in allowed:
+            continue
+        fix = fixes.of(f)
+        if fix is not None and fix.get("edits"):
+            edits = _edits(fix)
+            if _key(f, edits) not in refused:
+                candidates.append((f, edits))
+    return candidates
+
+
+def promised(
+    source: str,
+    path: str = "<string>",
+    *,
+    unsafe: bool = False,
+    enabled: Callable[[str], bool] = lambda code: True,
+    linter: Linter | None = None,
+) -> list[Finding]:
+    """The findings a fix run (`fix_source` with the same arguments) fixes: what "fixable"
+    promises. When every fix the run would try is neutral to the model (`fixes.neutral`) and
+    none overlaps another, they are all applied in the first pass, which adds no finding and
+    leaves none to try: the findings of `source` say so without linting the fixed text."""
+    lint = linter or default_linter
+    findings = list(lint(source, path))
+    candidates = _candidates(source, path, findings, unsafe, enabled, lint, {})
+    if all(neutral(f.code) for f, _ in candidates):
+        chosen, later = _pick(source, candidates)
+        if not later and (not chosen or apply_edits(source, [e for _, group in chosen for e in group]) != source):
+            return [f for f, _ in chosen]
+    return fix_source(source, path, unsafe=unsafe, enabled=enabled, linter=lint).fixed
 
 
 def _attempt(source: str, path: str, findings: Sequence[Finding], attempt: Sequence[Candidate], lint: Linter) -> tuple[str, list[Finding] | None, str]:

@@ -129,6 +129,7 @@ def test_fixable_means_applied(monkeypatch):
         return [Finding("LC102", "x", Severity.ERROR, "new", path=path, line=1, column=1)]
 
     monkeypatch.setattr(fixes_mod, "default_linter", linter)
+    monkeypatch.setattr(fixes_mod, "neutral", lambda code: False)  # this made-up fix adds a finding
     assert keep_applied([refused], OLD, "t.py", lambda code: True)[0].fix is None
 
     monkeypatch.setattr(fixes_mod, "default_linter", lambda text, path: [good] if text == OLD else [])

@@ -21,8 +21,9 @@ Applied = dict[str, list[tuple[str, int, int]]]  # fix kind -> (code, line, colu
 
 def fixes_applied(kinds: Iterable[str], text: str, path: str, enabled: Callable[[str], bool]) -> Applied:
     """What a fix run (`--fix`, and `--fix --unsafe-fixes` for "unsafe") would fix in `text`,
-    per kind of fix. The unchanged text is linted once for both kinds."""
-    from loopcheck.lint.fixing import default_linter, fix_source
+    per kind of fix. The unchanged text is linted once for both kinds; a fixed text only where a
+    fix the run tries is not neutral to the model (`fixing.promised`)."""
+    from loopcheck.lint.fixing import default_linter, promised
 
     seen: dict[str, list[Finding]] = {}
 
@@ -36,7 +37,7 @@ def fixes_applied(kinds: Iterable[str], text: str, path: str, enabled: Callable[
     applied: Applied = {}
     for kind in sorted(set(kinds)):
         try:
-            done = fix_source(text, path, unsafe=kind == "unsafe", enabled=enabled, linter=lint).fixed
+            done = promised(text, path, unsafe=kind == "unsafe", enabled=enabled, linter=lint)
         except Exception:  # noqa: BLE001  (a fixer failure means: nothing is promised)
             done = []
         applied[kind] = [(f.code, f.line or 0, f.column or 0) for f in done]
