@@ -25,9 +25,16 @@ the target of 1.03x. `--quick` (6 block pairs, one process per model) takes abou
 model, steps alternate between the probe looking and not (ABBA), each timed by the thread's CPU
 clock, and the difference of the two medians is the probe's cost per step in microseconds.
 
+`--against REF` compares two versions of the probe side by side, which a shared machine
+disturbs far less than two runs do: the probe package as committed at git revision REF is loaded
+under another name next to the working tree's, both probes are entered around one model, and
+steps rotate between neither looking, this one and that one (off, this, that, that, this, off),
+each timed by the thread's CPU clock. It prints each version's cost per step and their
+difference; the step clock of each probe advances only on its own steps.
+
     python benchmarks/probe_overhead.py [--models mlp,vae,cnn,lstm,gpt,gan] [--blocks 12]
                                         [--processes 2] [--steps 20] [--threads 1] [--system-malloc]
-                                        [--quick] [--alternate]
+                                        [--quick] [--alternate] [--against REF]
 """
 
 from __future__ import annotations
@@ -35,14 +42,20 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import importlib
+import io
 import json
 import math
+import re
 import resource
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -156,6 +169,59 @@ def alternate(args: argparse.Namespace) -> dict:
     return {"on": statistics.median(looking), "off": statistics.median(not_looking)}
 
 
+def snapshot(ref: str, into: str) -> str:
+    """The probe package as committed at git revision `ref`, unpacked under `into` as a package of
+    its own name (its imports of itself renamed); return that name."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(["git", "-C", str(root), "archive", ref, "loopcheck/probe"], capture_output=True)
+    except OSError as err:
+        sys.exit(f"--against needs git to read loopcheck/probe at {ref!r}: {err}")
+    if done.returncode:
+        sys.exit(f"--against: git could not read loopcheck/probe at {ref!r}: {done.stderr.decode().strip()}")
+    name = "loopcheck_probe_" + re.sub(r"\W", "_", ref)
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        for member in archive.getmembers():
+            if not member.isfile() or not member.name.endswith(".py"):
+                continue
+            path = Path(into, name, *Path(member.name).parts[2:])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = archive.extractfile(member).read().decode()  # type: ignore[union-attr]
+            path.write_text(text.replace("loopcheck.probe", name))
+    return name
+
+
+def against(args: argparse.Namespace) -> dict:
+    """One process, one model, two probes (this version and the one at `args.against`): steps rotate
+    between neither looking, this one and that one, each timed by the thread's CPU clock."""
+    fix_malloc_thresholds()
+    torch.set_num_threads(args.threads)
+    shape = build(args.models)
+    warnings.simplefilter("ignore")
+    with tempfile.TemporaryDirectory() as into:
+        sys.path.insert(0, into)
+        other = importlib.import_module(snapshot(args.against, into) + ".probe").Probe
+        for k in range(args.settle * 4):
+            shape.step(k)
+        options = dict(scheduler=shape.scheduler, summary=False)
+        probes = {"this": loopcheck.probe(shape.models, shape.optimizers, **options),
+                  "that": other(shape.models, shape.optimizers, **options)}
+        times: dict[str, list[float]] = {"off": [], "this": [], "that": []}
+        order = ("off", "this", "that", "that", "this", "off")
+        first = args.settle * 4
+        with probes["this"], probes["that"]:
+            for k in range(first, first + 3 * args.blocks * args.steps):
+                which = order[k % len(order)]
+                for key, probe in probes.items():
+                    probe.live = key == which
+                start = time.thread_time()
+                shape.step(k)
+                times[which].append(time.thread_time() - start)
+            for probe in probes.values():
+                probe.live = True
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
 def in_processes(args: argparse.Namespace, model: str) -> list[dict]:
     """Split one model's blocks over fresh processes, run one after the other."""
     blocks = math.ceil(args.blocks / args.processes)
@@ -191,6 +257,9 @@ def main() -> None:
     parser.add_argument("--alternate", action="store_true",
                         help="instead: per-step cost of the probe, steps alternating between the probe looking "
                              "and not inside one probe and one process (blocks x steps steps of each)")
+    parser.add_argument("--against", metavar="REF",
+                        help="instead: the per-step cost of this version and of the probe at git revision REF, "
+                             "side by side in one process (blocks x steps steps of each)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -204,7 +273,24 @@ def main() -> None:
         parser.error(f"--models: unknown shape(s) {', '.join(unknown) or '(none given)'}; "
                      f"choose from {', '.join(SHAPES)}")
     if args.worker:
-        print(json.dumps(alternate(args) if args.alternate else measure(args)))
+        print(json.dumps(against(args) if args.against else alternate(args) if args.alternate else measure(args)))
+        return
+    if args.against:
+        print(f"per-step cost of this version and of {args.against}, steps rotating inside one process "
+              f"({args.blocks * args.steps} of each per model, thread CPU time, medians)")
+        for model in models:
+            command = [sys.executable, __file__, "--worker", "--against", args.against, "--models", model,
+                       "--blocks", str(args.blocks), "--steps", str(args.steps), "--settle", str(args.settle),
+                       "--threads", str(args.threads)]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                sys.exit(f"the benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
+            result = json.loads(done.stdout)
+            off = result["off"]
+            this, that = result["this"] - off, result["that"] - off
+            print(f"{model:<6} step {off * 1e3:6.2f} ms  this {this * 1e6:+7.0f} us ({result['this'] / off:.3f}x)  "
+                  f"{args.against} {that * 1e6:+7.0f} us ({result['that'] / off:.3f}x)  "
+                  f"difference {(this - that) * 1e6:+6.0f} us", flush=True)
         return
     if args.alternate:
         print(f"per-step cost, steps alternating inside one probe ({args.blocks * args.steps} of each per model, "

@@ -31,3 +31,25 @@ def test_alternate_prints_the_probe_cost_per_step_per_model():
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if re.match(r"(mlp|gan) +step +[\d.]+ ms +probe +[+-]\d+ us", line)]
     assert [row.split()[0] for row in rows] == ["mlp", "gan"]
+
+
+def _in_git_checkout() -> bool:
+    done = subprocess.run(["git", "-C", str(SCRIPT.parent), "rev-parse", "HEAD"], capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(not _in_git_checkout(), reason="compares with a committed version: needs the git checkout")
+def test_against_a_revision_prints_both_versions_per_model():
+    done = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--against", "HEAD"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines()
+            if re.match(r"(mlp|gan) +step +[\d.]+ ms +this +[+-]\d+ us .* HEAD +[+-]\d+ us .* difference", line)]
+    assert [row.split()[0] for row in rows] == ["mlp", "gan"]
+
+
+def test_against_an_unknown_revision_says_so():
+    done = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--against", "no-such-revision"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "--against" in done.stderr and "no-such-revision" in done.stderr and "Traceback" not in done.stderr
