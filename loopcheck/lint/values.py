@@ -64,9 +64,17 @@ def torch_name(qualified: str | None, table: dict[str, str]) -> str | None:
 
 def dotted(expr: cst.CSTNode | None) -> str | None:
     """`a.b.c` for a Name / Attribute chain, else None."""
-    kind = type(expr)  # exact types: isinstance against libcst's ABCs is slow
-    if kind is cst.Name:
+    if type(expr) is cst.Name:  # exact types: isinstance against libcst's ABCs is slow
         return expr.value  # type: ignore[union-attr]
+    parts = name_chain(expr)
+    return ".".join(parts) if parts is not None else None
+
+
+def name_chain(expr: cst.CSTNode | None) -> list[str] | None:
+    """`["a", "b", "c"]` for `a.b.c` (a Name / Attribute chain), else None."""
+    kind = type(expr)
+    if kind is cst.Name:
+        return [expr.value]  # type: ignore[union-attr]
     if kind is not cst.Attribute:
         return None
     parts = [expr.attr.value]  # type: ignore[union-attr]
@@ -78,7 +86,7 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
         return None
     parts.append(node.value)
     parts.reverse()
-    return ".".join(parts)
+    return parts
 
 
 def string_value(node: cst.CSTNode | None) -> str | None:

@@ -9,6 +9,7 @@ from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import _divides, _dotted, _is_none, _kw, _positional
 from loopcheck.lint.loopmodel.torch_api import WRAPPERS, _BUILTINS, _MOVE_METHODS, _NAME_ROLES, _TENSOR_METHODS
 from loopcheck.lint.loopmodel.units import _Unit
+from loopcheck.lint.values import name_chain
 
 
 class BuilderNames:
@@ -48,20 +49,12 @@ class BuilderNames:
     def canon(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
         """The name an expression `a.b.c` stands for, its root mapped through the frame's
         parameters (`model.fc` in a helper called with `net` is `net.fc`); None for others."""
-        kind = type(node)
-        if kind is cst.Name:
+        if type(node) is cst.Name:
             return frame.env.get(node.value, node.value)  # type: ignore[attr-defined]
-        if kind is not cst.Attribute:
+        parts = name_chain(node)
+        if parts is None:
             return None
-        parts = [node.attr.value]  # type: ignore[attr-defined]
-        inner = node.value  # type: ignore[attr-defined]
-        while type(inner) is cst.Attribute:
-            parts.append(inner.attr.value)
-            inner = inner.value
-        if type(inner) is not cst.Name:
-            return None
-        parts.append(frame.env.get(inner.value, inner.value))
-        parts.reverse()
+        parts[0] = frame.env.get(parts[0], parts[0])
         return ".".join(parts)
 
     def target(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
