@@ -75,20 +75,6 @@ CLEAN = textwrap.dedent(
     """
 )
 
-# Two files: driver.py's loop calls the step in steps.py, whose reset sits between the backward
-# and the step (LC102 in steps.py, found by driver.py's model)
-STEP_MODULE = """\
-import torch
-
-
-def train_step(model, batch, optimizer, criterion):
-    optimizer.zero_grad()
-    loss = criterion(model(batch[0]), batch[1])
-    optimizer.step()
-    loss.backward()
-    return loss
-"""
-
 DRIVER = """\
 import torch
 from torch import nn

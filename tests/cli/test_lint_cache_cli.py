@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import loopcheck.lint.engine as engine
-from tests.projects import MODEL, TRAIN
+from tests.projects import MODEL, STEP_MODULE, TRAIN
 
-from .conftest import DRIVER, STEP_MODULE, UNSAFE_LOAD, write
+from .conftest import DRIVER, UNSAFE_LOAD, write
 
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DRIVER, STEP_MODULE
+from tests.projects import STEP_MODULE
+
+from .conftest import DRIVER
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECTS = sorted(p for p in (REPO / "fixtures").iterdir() if p.is_dir())

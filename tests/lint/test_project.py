@@ -13,6 +13,7 @@ import pytest
 from loopcheck.lint import engine, memo
 from loopcheck.lint.project import Project, project_root
 from loopcheck.lint.summary import summarize, summarize_parsed
+from tests.projects import STEP_MODULE
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_PROJECTS = sorted(p for p in (REPO / "fixtures").iterdir() if p.is_dir())
@@ -367,20 +368,11 @@ def test_an_edited_buffer_settles_reach_again_only_when_its_imports_or_words_cha
     assert project.reach_mentions(train, ("torch",)) is False
 
 
-STEP_BEFORE_BACKWARD = """\
-    def train_step(model, batch, optimizer, criterion):
-        optimizer.zero_grad()
-        loss = criterion(model(batch[0]), batch[1])
-        optimizer.step()
-        loss.backward()
-    """
-
-
 def test_a_kept_analysis_stays_while_nothing_it_read_changes(tmp_path: Path, monkeypatch) -> None:
     """An editor buffer changes one module: the analyses of the files importing it are kept
     unless they read it (the step their loop calls lives there)."""
     write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
-    steps = write(tmp_path / "steps.py", STEP_BEFORE_BACKWARD)
+    steps = write(tmp_path / "steps.py", STEP_MODULE)
     settings = write(tmp_path / "settings.py", "EPOCHS = 3\n")
     write(tmp_path / "driver.py", """\
         import torch
@@ -437,7 +429,7 @@ def test_a_project_kept_across_checks_sees_a_module_saved_in_between(tmp_path: P
     """As the language server and `--watch` keep it: a file saved on disk between two checks is
     read again in the second."""
     write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
-    steps = write(tmp_path / "steps.py", STEP_BEFORE_BACKWARD)
+    steps = write(tmp_path / "steps.py", STEP_MODULE)
     write(tmp_path / "driver.py", """\
         import torch
         from torch import nn
