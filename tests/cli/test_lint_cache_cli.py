@@ -140,23 +140,33 @@ def driver_project(project: Path) -> Path:
     return project
 
 
-def test_an_edit_reanalyses_only_the_files_whose_analyses_read_it(lint, driver_project, checked):
+def _unread_edit_then_fix(lint, checked, step_file: str, unread: tuple[Path, str], fixed: tuple[Path, str]) -> None:
+    """driver.py's model finds LC102 in `step_file`. `unread` (path, text) is an edit no other
+    file's analysis read: only the edited file is analysed again, and nothing changes. `fixed`
+    is the fix: driver.py is analysed again too, and the finding goes, as a run without the
+    cache says."""
     cold = report(lint)
-    assert ("steps.py", "LC102") in {(f["path"], f["code"]) for f in cold["findings"]}
-    # settings.py is imported by driver.py, but nothing its model follows reads it
-    write(driver_project / "settings.py", SEED_AND_STEP.replace("100", "200"))
+    assert (step_file, "LC102") in {(f["path"], f["code"]) for f in cold["findings"]}
+    write(*unread)
     checked.clear()
     assert report(lint) == cold
-    assert checked == ["settings.py"]
-    # steps.py holds the step driver.py's model follows: both analyses run again, and the
-    # finding driver.py's model made in steps.py goes with the fix
-    write(driver_project / "steps.py", STEP_MODULE.replace(
-        "    optimizer.step()\n    loss.backward()\n", "    loss.backward()\n    optimizer.step()\n"))
+    assert checked == [unread[0].name]
+    write(*fixed)
     checked.clear()
-    fixed = report(lint)
-    assert sorted(checked) == ["driver.py", "steps.py"]
-    assert ("steps.py", "LC102") not in {(f["path"], f["code"]) for f in fixed["findings"]}
-    assert fixed == report(lint, "--no-cache")
+    after = report(lint)
+    assert sorted(checked) == ["driver.py", step_file]
+    assert (step_file, "LC102") not in {(f["path"], f["code"]) for f in after["findings"]}
+    assert after == report(lint, "--no-cache")
+
+
+def test_an_edit_reanalyses_only_the_files_whose_analyses_read_it(lint, driver_project, checked):
+    # settings.py is imported by driver.py, but nothing its model follows reads it; steps.py
+    # holds the step driver.py's model follows
+    _unread_edit_then_fix(
+        lint, checked, "steps.py",
+        unread=(driver_project / "settings.py", SEED_AND_STEP.replace("100", "200")),
+        fixed=(driver_project / "steps.py", STEP_MODULE.replace(
+            "    optimizer.step()\n    loss.backward()\n", "    loss.backward()\n    optimizer.step()\n")))
 
 
 def test_an_answer_about_reach_is_asked_again_only_when_imports_or_words_change(lint, project, checked):
@@ -292,16 +302,8 @@ def test_an_edit_to_a_method_no_analysis_read_reanalyses_only_its_file(lint, pro
     on those methods (and the class's own lines), not on `describe`."""
     write(project / "stepper.py", STEPPER)
     write(project / "driver.py", STEPPER_DRIVER)
-    cold = report(lint)
-    assert ("stepper.py", "LC102") in {(f["path"], f["code"]) for f in cold["findings"]}
-    write(project / "stepper.py", STEPPER.replace("stepper of", "stepper for"))
-    checked.clear()
-    assert report(lint) == cold
-    assert checked == ["stepper.py"]
-    write(project / "stepper.py", STEPPER.replace(
-        "        self.optimizer.step()\n        loss.backward()\n", "        loss.backward()\n        self.optimizer.step()\n"))
-    checked.clear()
-    fixed = report(lint)
-    assert sorted(checked) == ["driver.py", "stepper.py"]
-    assert ("stepper.py", "LC102") not in {(f["path"], f["code"]) for f in fixed["findings"]}
-    assert fixed == report(lint, "--no-cache")
+    _unread_edit_then_fix(
+        lint, checked, "stepper.py",
+        unread=(project / "stepper.py", STEPPER.replace("stepper of", "stepper for")),
+        fixed=(project / "stepper.py", STEPPER.replace(
+            "        self.optimizer.step()\n        loss.backward()\n", "        loss.backward()\n        self.optimizer.step()\n")))
