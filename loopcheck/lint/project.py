@@ -98,6 +98,27 @@ def steady_files() -> Iterator[None]:
         yield
 
 
+class _PerRun:
+    """`compute(path)` asked once per run (`steady_files`) for each path as asked, afresh in the
+    next run; asked every time outside a run."""
+
+    def __init__(self, compute: Callable[[str], Any]) -> None:
+        self.compute = compute
+        self.found: dict[str, Any] = {}
+        self.run: object = None
+
+    def __call__(self, path: Path | str) -> Any:
+        key = os.fspath(path)
+        if not _STEADY:
+            return self.compute(key)
+        if self.run is not _STEADY[0]:
+            self.found, self.run = {}, _STEADY[0]
+        found = self.found.get(key, _MISSING)
+        if found is _MISSING:
+            found = self.found[key] = self.compute(key)
+        return found
+
+
 class Project:
     """Resolves, summarises and parses the project's own modules, each once per run."""
 
@@ -133,10 +154,8 @@ class Project:
         self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, tuple[list, list], dict]] = {}
         self._consulting: list[Reads] = []  # open analyses: what each has read
         self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
-        self._stamps: dict[str, tuple[int, int] | None] = {}  # path as asked -> stamp, for the run `_stamps_of`
-        self._stamps_of: object = None
-        self._reals: dict[str, str] = {}  # path as asked -> its real path, for the run `_reals_of`
-        self._reals_of: object = None
+        self._file_stamp = _PerRun(file_stamp)  # size and time of a file on disk
+        self._real_path = _PerRun(os.path.realpath)
         # ("search" or "count", path, pattern) -> (stamp, answer): asked by the analysis of each
         # file that follows the module
         self._searches: dict[tuple[str, str, Any], tuple[Any, Any]] = {}
@@ -288,27 +307,11 @@ class Project:
             found = self._overlays.get(os.path.abspath(path))
             if found is not None:
                 return -1, found[0]
-        if not _STEADY:
-            return file_stamp(path)
-        if self._stamps_of is not _STEADY[0]:
-            self._stamps, self._stamps_of = {}, _STEADY[0]
-        key = os.fspath(path)
-        stamp = self._stamps.get(key, _MISSING)
-        if stamp is _MISSING:
-            stamp = self._stamps[key] = file_stamp(path)
-        return stamp  # type: ignore[return-value]
+        return self._file_stamp(path)
 
     def real_path(self, path: Path | str) -> str:
         """`os.path.realpath(path)`, found once per run (`steady_files`) for each path asked."""
-        if not _STEADY:
-            return os.path.realpath(path)
-        if self._reals_of is not _STEADY[0]:
-            self._reals, self._reals_of = {}, _STEADY[0]
-        key = os.fspath(path)
-        found = self._reals.get(key)
-        if found is None:
-            found = self._reals[key] = os.path.realpath(key)
-        return found
+        return self._real_path(path)
 
     def read(self, path: Path | str, *, noted: bool = True) -> bytes:
         """The bytes of `path` as this project sees them (an open buffer's, else the file's).
