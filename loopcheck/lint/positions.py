@@ -214,13 +214,14 @@ def statement_offsets(module: cst.Module) -> tuple[str, list[int]]:
     return "".join(state.tokens), [offsets[min(t, len(offsets) - 1)] for t in tokens]
 
 
-def rendered_length(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> int:
-    """The length of the code of `nodes` (a module's header or footer lines, say) rendered in
-    `module`."""
+def render_nodes(module: cst.Module, nodes: Sequence[cst.CSTNode], indents: Sequence[str] = ()) -> str:
+    """The code of `nodes` (statements of one block, a module's header lines) as they render in
+    `module`, inside blocks indented by `indents`."""
     state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state.indent_tokens = list(indents)
     for node in nodes:
         node._codegen(state)
-    return sum(map(len, state.tokens))
+    return "".join(state.tokens)
 
 
 def table_for(module: cst.Module) -> PositionTable:

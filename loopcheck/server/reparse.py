@@ -25,7 +25,7 @@ from itertools import accumulate
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from loopcheck.lint.positions import rendered_length, statement_offsets
+from loopcheck.lint.positions import render_nodes, statement_offsets
 from loopcheck.lint.syntax import classes_of
 
 _STATEMENTS = classes_of(cst.BaseStatement)
@@ -139,7 +139,7 @@ def reparse(previous: Parsed, text: str) -> Parsed | None:
     if not through_end and (part.footer or not part.has_trailing_newline):
         return None
     if len(part.body) == 1 and not through_end:  # the usual edit: one statement, between others
-        part_starts: list[int] | None = [rendered_length(part, part.header), len(fragment)]
+        part_starts: list[int] | None = [len(render_nodes(part, part.header)), len(fragment)]
     else:
         part_starts = _offsets(part, fragment)
         if part_starts is None:

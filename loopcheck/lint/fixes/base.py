@@ -15,12 +15,11 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, Union
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
 from loopcheck.findings import Finding
 from loopcheck.lint.fixes.edits import Edit, edits_between, edits_replacing
-from loopcheck.lint.positions import line_starts
+from loopcheck.lint.positions import line_starts, render_nodes
 from loopcheck.lint.syntax import child_nodes
 
 if TYPE_CHECKING:
@@ -145,8 +144,8 @@ class SourceIndex:
             start = self._first_offset(first, indents)
             if start is None:
                 return None
-            before = _render(self.module, a[same : len(a) - tail], indents)
-            after = _render(self.module, b[same : len(b) - tail], indents)
+            before = render_nodes(self.module, a[same : len(a) - tail], indents)
+            after = render_nodes(self.module, b[same : len(b) - tail], indents)
             return start, before, after
 
     def _first_offset(self, stmt: cst.BaseStatement, indents: list[str]) -> int | None:
@@ -155,7 +154,7 @@ class SourceIndex:
         line = self.span(stmt)[0]
         lines = len(stmt.leading_lines)
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            lines += _render(self.module, stmt.decorators, indents).count("\n") + len(stmt.lines_after_decorators)
+            lines += render_nodes(self.module, stmt.decorators, indents).count("\n") + len(stmt.lines_after_decorators)
         line -= lines
         starts = self._line_starts
         return starts[line - 1] if 1 <= line <= len(starts) else None
@@ -244,15 +243,6 @@ class SourceIndex:
             if isinstance(anc, cst.FunctionDef):
                 return anc
         return self.module
-
-
-def _render(module: cst.Module, nodes: Sequence[cst.CSTNode], indents: list[str]) -> str:
-    """The text of nodes of a block with the given indentation, as they render in the module."""
-    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
-    state.indent_tokens = list(indents)
-    for node in nodes:
-        node._codegen(state)
-    return "".join(state.tokens)
 
 
 # statements whose blocks a change is followed into; the wrappers of their other blocks
