@@ -32,9 +32,18 @@ steps rotate between neither looking, this one and that one (off, this, that, th
 each timed by the thread's CPU clock. It prints each version's cost per step and their
 difference; the step clock of each probe advances only on its own steps.
 
+`--inside` measures only the time spent inside the probe's own hooks and wrappers (forward hooks,
+the backward wrapper less the backward itself, the optimizer's step hooks), per step, by the
+thread's CPU clock, the way they run in training: after torch's kernels have pushed the
+interpreter's data out of the caches, each Python call of the probe costs several times what it
+costs in a micro-benchmark. With `--against REF` both versions run, in alternating fresh
+processes (`--processes` rounds), and the medians of the rounds are compared. Two probes in one
+process (`--against` alone) cannot resolve differences under about 150 us per step: identical
+code measures up to that far apart depending on which copy is imported first.
+
     python benchmarks/probe_overhead.py [--models mlp,vae,cnn,lstm,gpt,gan] [--blocks 12]
                                         [--processes 2] [--steps 20] [--threads 1] [--system-malloc]
-                                        [--quick] [--alternate] [--against REF]
+                                        [--quick] [--alternate] [--inside] [--against REF]
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -222,6 +232,81 @@ def against(args: argparse.Namespace) -> dict:
     return {key: statistics.median(values) for key, values in times.items()}
 
 
+def inside(args: argparse.Namespace) -> dict:
+    """One process, one model, one probe (this version, or the one at `args.against`): the time per
+    step spent inside the probe's hooks and wrappers, by entry point (thread CPU clock)."""
+    fix_malloc_thresholds()
+    torch.set_num_threads(args.threads)
+    clock = time.thread_time
+    spent: dict[str, float] = {}
+
+    def timed(key: str, fn: Any) -> Any:
+        def call(*a: Any, **k: Any) -> Any:
+            start = clock()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[key] = spent.get(key, 0.0) + clock() - start
+        return call
+
+    # The probe wraps torch.autograd.backward: time the real backward under its wrapper (`inner`),
+    # and the wrapper from outside; the difference is the probe's part.
+    real_backward = torch.autograd.backward
+    inner = [0.0]
+
+    def backward(*a: Any, **k: Any) -> Any:
+        start = clock()
+        try:
+            return real_backward(*a, **k)
+        finally:
+            inner[0] += clock() - start
+
+    with tempfile.TemporaryDirectory() as into:
+        if args.against:
+            sys.path.insert(0, into)
+            probe_class = importlib.import_module(snapshot(args.against, into) + ".probe").Probe
+        else:
+            probe_class = loopcheck.probe
+        shape = build(args.models)
+        warnings.simplefilter("ignore")
+        for k in range(args.settle * 4):
+            shape.step(k)
+        torch.autograd.backward = backward
+        try:
+            with probe_class(shape.models, shape.optimizers, scheduler=shape.scheduler, summary=False):
+                for opt in shape.optimizers:
+                    for hooks, key in ((opt._optimizer_step_pre_hooks, "step_pre"),
+                                       (opt._optimizer_step_post_hooks, "step_post")):
+                        for handle, hook in list(hooks.items()):
+                            hooks[handle] = timed(key, hook)
+                for model in shape.models:
+                    for hooks, key in ((model._forward_pre_hooks, "forward_pre"), (model._forward_hooks, "forward")):
+                        for handle, hook in list(hooks.items()):
+                            hooks[handle] = timed(key, hook)
+                wrapped = torch.autograd.backward
+
+                def outer(*a: Any, **k: Any) -> Any:
+                    before, start = inner[0], clock()
+                    try:
+                        return wrapped(*a, **k)
+                    finally:
+                        spent["backward"] = spent.get("backward", 0.0) + clock() - start - (inner[0] - before)
+                torch.autograd.backward = outer
+                first = args.settle * 4
+                for k in range(first, first + args.settle):  # a fresh probe's one-time first steps
+                    shape.step(k)
+                spent.clear()
+                steps = args.blocks * args.steps
+                start = clock()
+                for k in range(first + args.settle, first + args.settle + steps):
+                    shape.step(k)
+                total = clock() - start
+                torch.autograd.backward = wrapped
+        finally:
+            torch.autograd.backward = real_backward
+    return {"step": total / steps, "parts": {key: value / steps for key, value in spent.items()}}
+
+
 def in_processes(args: argparse.Namespace, model: str) -> list[dict]:
     """Split one model's blocks over fresh processes, run one after the other."""
     blocks = math.ceil(args.blocks / args.processes)
@@ -236,6 +321,39 @@ def in_processes(args: argparse.Namespace, model: str) -> list[dict]:
             sys.exit(f"a benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
         results.append(json.loads(done.stdout))
     return results
+
+
+def report_inside(args: argparse.Namespace, models: list[str]) -> None:
+    """`--inside`: run the workers (this version and REF alternating, `--processes` rounds) and print
+    the median per-step time inside the probe, by entry point."""
+    versions = ["this"] + ([args.against] if args.against else [])
+    print(f"per-step time inside the probe's hooks ({args.blocks * args.steps} steps per process, "
+          f"{args.processes} process(es) per version, thread CPU time, medians over processes)")
+    for model in models:
+        runs: dict[str, list[dict]] = {v: [] for v in versions}
+        for _ in range(args.processes):
+            for version in versions:
+                command = [sys.executable, __file__, "--worker", "--inside", "--models", model,
+                           "--blocks", str(args.blocks), "--steps", str(args.steps), "--settle", str(args.settle),
+                           "--threads", str(args.threads)]
+                if version != "this":
+                    command += ["--against", version]
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode:
+                    sys.exit(f"the benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
+                runs[version].append(json.loads(done.stdout))
+        totals = {}
+        for version in versions:
+            results = runs[version]
+            keys = sorted({key for r in results for key in r["parts"]})
+            parts = {key: statistics.median(r["parts"].get(key, 0.0) for r in results) for key in keys}
+            totals[version] = statistics.median(sum(r["parts"].values()) for r in results)
+            step = statistics.median(r["step"] for r in results)
+            print(f"{model:<6} {version:<10} step {step * 1e3:6.2f} ms  inside {totals[version] * 1e6:6.1f} us "
+                  f"({totals[version] / step:.1%})  " + "  ".join(f"{k} {v * 1e6:.1f}" for k, v in parts.items()),
+                  flush=True)
+        if args.against:
+            print(f"{model:<6} difference {(totals['this'] - totals[args.against]) * 1e6:+.1f} us per step", flush=True)
 
 
 def main() -> None:
@@ -257,6 +375,9 @@ def main() -> None:
     parser.add_argument("--alternate", action="store_true",
                         help="instead: per-step cost of the probe, steps alternating between the probe looking "
                              "and not inside one probe and one process (blocks x steps steps of each)")
+    parser.add_argument("--inside", action="store_true",
+                        help="instead: the time per step inside the probe's hooks, by entry point (with --against: "
+                             "both versions, in alternating processes, --processes rounds)")
     parser.add_argument("--against", metavar="REF",
                         help="instead: the per-step cost of this version and of the probe at git revision REF, "
                              "side by side in one process (blocks x steps steps of each)")
@@ -273,7 +394,11 @@ def main() -> None:
         parser.error(f"--models: unknown shape(s) {', '.join(unknown) or '(none given)'}; "
                      f"choose from {', '.join(SHAPES)}")
     if args.worker:
-        print(json.dumps(against(args) if args.against else alternate(args) if args.alternate else measure(args)))
+        work = inside if args.inside else against if args.against else alternate if args.alternate else measure
+        print(json.dumps(work(args)))
+        return
+    if args.inside:
+        report_inside(args, models)
         return
     if args.against:
         print(f"per-step cost of this version and of {args.against}, steps rotating inside one process "

@@ -116,6 +116,7 @@ class Probe:
         self._discovery: Any = None
         self._detector_classes = list(detectors) if detectors is not None else default_detectors()
         self._lean = False  # see `_set_lean`
+        self._full = [True] * len(self.optimizers)  # per optimizer: whether its coming step is not lean
         self._new_detectors()
 
     def _set_objects(self, wrappers: list[nn.Module], optimizers: list[Optimizer], schedulers: list[Any],
@@ -445,6 +446,7 @@ class Probe:
 
     def _step_post_hook(self, opt: Optimizer) -> Callable[..., None]:
         key = id(opt)
+        check_every, every = self.config.check_every, self.config.every
 
         def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
             if self._before_step:  # a step(closure) that never called its closure
@@ -452,10 +454,19 @@ class Probe:
             i = self.opt_index.get(key) if self.live else None
             if i is None:
                 return
-            self._applied[i] += 1
+            applied = self._applied
+            applied[i] += 1
             if i == 0:
                 self.step += 1
-            self._set_lean()
+            # `_set_lean` for this optimizer alone, inline: this runs after every step, when the
+            # interpreter's own data is out of the caches and each further call costs microseconds
+            coming = applied[i] + 1
+            full = self._full
+            full[i] = coming <= _FIRST_WATCHED or coming % check_every == 0 or coming % every == 0
+            lean = not any(full)
+            if lean is not self._lean:
+                self._lean = lean
+                self._calls = self._lean_calls if lean else self._full_calls
             self._dispatch("on_step" if i == 0 else "on_step_others", i, optimizer)
             if i == 0 and self.step % self.config.every == 0:
                 self._sample(final=False)
@@ -488,7 +499,9 @@ class Probe:
     def _take_losses(self, i: int) -> None:
         losses, self._pending_losses = self._pending_losses, []
         loss: Any
-        if losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
+        if len(losses) == 1 and self.readings.on_cpu and losses[0].is_cpu:  # the usual step, kept short
+            loss = losses[0].item()
+        elif losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
             # read now (no synchronisation on the CPU), and the graphs let go
             loss = _total(losses)
         else:
@@ -647,7 +660,7 @@ class Probe:
         elif exact or not self.readings.on_cpu:
             norms = fused_norms(grads)
         else:  # only their finiteness counts: a sum each is cheaper than a fused norm call on the CPU
-            norms = [finite_probe_value(g) for g in grads]
+            norms = [g.sum() if g.dtype is _FLOAT32 else finite_probe_value(g) for g in grads]
         result = StepNorms(norms, positions, self.readings.add(norms), exact)
         self._norms[i] = (self._serial, result)
         return result
@@ -704,7 +717,8 @@ class Probe:
             full["on_step_others"] = tuple((det, fn) for det, fn in full["on_step"] if not det.first_optimizer_steps)
         lean = {} if hook is None else dict(self._lean_calls)
         for name in names:
-            lean[name] = tuple((det, fn) for det, fn in full[name] if name not in det.watched_only)
+            base = "on_step" if name == "on_step_others" else name
+            lean[name] = tuple((det, fn) for det, fn in full[name] if base not in det.watched_only)
         self._full_calls, self._lean_calls = full, lean
         self._calls = lean if self._lean else full
         self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
@@ -713,9 +727,9 @@ class Probe:
         """Between two steps that neither the sampled checks look at nor precede a sample (see
         `watched`), the hook methods that matter only on those steps (`Detector.watched_only`) are
         not called at all: most steps then cost only the checks that look at every step."""
-        applied, every = self._applied, self.config.every
-        lean = bool(applied) and not any(
-            self.watched(i) or (n + 1) % every == 0 for i, n in enumerate(applied))  # each one's coming step
+        self._full = [self.watched(i) or (n + 1) % self.config.every == 0  # each one's coming step
+                      for i, n in enumerate(self._applied)]
+        lean = bool(self._full) and not any(self._full)
         if lean is not self._lean:
             self._lean = lean
             self._calls = self._lean_calls if lean else self._full_calls
@@ -838,6 +852,7 @@ def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
     return __getstate__
 
 
+_FLOAT32 = torch.float32
 _PENDING_LOSSES = 64  # losses of backward calls kept (CPU: with their graphs) until a step reads them
 _FIRST_WATCHED = 8  # the steps of each optimizer that `Probe.watched` always includes
 _SMALL = 4096  # values of a parameter whose gradient `Probe.grad_checks` reads at every step

@@ -114,6 +114,34 @@ def test_two_optimizers_gan_style_stay_clean():
     assert probe.step == 40
 
 
+def test_a_gan_whose_generator_stops_resetting_midway_is_found_for_that_optimizer_only():
+    # From step 21 on (past the first steps, which are all watched) the generator's reset is gone:
+    # between watched steps nothing follows the gradients, and the next watched step finds it.
+    torch.manual_seed(4)
+    netG = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    netD = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    optG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    optD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    real_data = torch.randn(256, 8) * 0.5 + 1.0
+    with loopcheck.probe([netD, netG], [optD, optG], on_finding="ignore", summary=False) as probe:
+        for i in range(40):
+            real = real_data[torch.randint(0, 256, (32,))]
+            fake = netG(torch.randn(32, 8))
+            optD.zero_grad()
+            errD = F.binary_cross_entropy_with_logits(netD(real), torch.ones(32, 1))
+            errD = errD + F.binary_cross_entropy_with_logits(netD(fake.detach()), torch.zeros(32, 1))
+            errD.backward()
+            optD.step()
+            if i < 20:
+                optG.zero_grad()
+            errG = F.binary_cross_entropy_with_logits(netD(fake), torch.ones(32, 1))
+            errG.backward()
+            optG.step()
+    resets = [f for f in probe.findings if f.code == "LP403"]
+    assert [f.where for f in resets] == ["optimizer1"]
+    assert 21 < resets[0].step <= 25  # the first watched step of the generator after the change
+
+
 def test_unused_head_is_named(batches):
     torch.manual_seed(5)
     net = Net(extra_head=True)

@@ -168,7 +168,9 @@ class GradResetDetector(Detector):
     """
 
     codes = ("LP403",)
-    watched_only = frozenset({"on_backward", "on_step_pre"})  # resets are followed into watched steps
+    # resets are followed into watched steps; `on_step` before one of them starts following (the step
+    # before a lean one stops it, and none of these runs between them)
+    watched_only = frozenset({"on_backward", "on_step_pre", "on_step"})
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)

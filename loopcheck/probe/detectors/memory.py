@@ -43,7 +43,8 @@ class _Marker:
 class RetainedGraphDetector(Detector):
     codes = ("LP202",)
     first_optimizer_steps = True
-    watched_only = frozenset({"on_forward", "on_backward"})  # graphs are marked at watched steps
+    # graphs are marked at watched steps, and looked at again only around them
+    watched_only = frozenset({"on_forward", "on_backward", "on_step"})
 
     def __init__(self, probe: Any) -> None:
         super().__init__(probe)

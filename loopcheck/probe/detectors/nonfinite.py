@@ -143,6 +143,8 @@ class NonFiniteDetector(Detector):
         # pass, so they are checked only when localising. On an accelerator the values are read
         # later, after updates, so each step queues its parameter check (one fused kernel).
         self._eager_state = probe.off_cpu
+        # a probed model's training output is held, not reduced (see `_forward_hook`)
+        self._holds_outputs = not self._eager_state and not self.config.backward_hooks
         self._root_hooks: dict[int, Callable[..., None]] = {}
         # Lean until armed (see `_arm`): the covered layers and dense groups have no hooks; a step
         # that turns out non-finite is localised with each probed model's covered layers judged
@@ -328,17 +330,27 @@ class NonFiniteDetector(Detector):
         self._depth += 1
         self._last = _dead  # a new forward pass: nothing before it is a child's output
         self._entered = True
-        self._note(self._root_index[root], _ENTER)
+        index = self._root_index[root]
+        recs = self._recs
+        recs.append((index, _ENTER))
         if self._replan:
             self._replan = False
             for group in self._groups:
                 self._plan(group)
         if len(args) == 1 and type(args[0]) is torch.Tensor:  # the usual call: one batch
-            if args[0].is_floating_point():
-                self._record_input(args[0], self._root_index[root])
-            return
-        for t in float_tensors(args):
-            self._record_input(t, self._root_index[root])
+            t = args[0]
+            if t.is_floating_point():
+                # `_record_input` inline for a training batch on the CPU: this runs at every forward
+                if not self._eager_state and torch.is_grad_enabled() and not t.is_inference():
+                    self._held.append((weakref.ref(t), t._version))
+                    recs.append((index, _INPUT_HELD))
+                else:
+                    self._record_forward(t, index, _INPUT)
+        else:
+            for t in float_tensors(args):
+                self._record_input(t, index)
+        if len(recs) >= _FOLD_AT:
+            self._note_fold()
 
     def _record_input(self, t: torch.Tensor, index: int) -> None:
         # Held only in a training forward on the CPU, judged at its optimizer step; the verdict of
@@ -350,6 +362,15 @@ class NonFiniteDetector(Detector):
             self._note(index, _INPUT_HELD)
 
     def on_forward(self, root: int, module: nn.Module, output: Any) -> None:
+        if (type(output) is torch.Tensor and output.dtype is torch.float32 and self._holds_outputs
+                and torch.is_grad_enabled() and not output.is_inference()):
+            # the root hook's usual case, inline (see `_forward_hook`): a CPU training forward
+            # with one output, held until the sentinel judged its step
+            if self._depth > 0:
+                self._depth -= 1
+            self._outputs.append((output, output._version))
+            self._recs.append((self._root_index[root], _OUTPUT_HELD))
+            return
         self._root_hooks[root](module, (), output)
 
     def _forward_hook(self, index: int, module: nn.Module, root: bool, covered: bool) -> Callable[..., None]:
@@ -368,7 +389,14 @@ class NonFiniteDetector(Detector):
                         # A training forward on the CPU: its output is not reduced but held until the
                         # sentinel judged its step (at the optimizer step). A NaN/Inf in it reaches
                         # the loss or the gradients the sentinel reads, and is then localised.
-                        tensors = [output] if type(output) is torch.Tensor else float_tensors(output)
+                        if type(output) is torch.Tensor:  # the usual model: one output
+                            if output.dtype is torch.float32 and not output.is_inference():
+                                self._outputs.append((output, output._version))
+                                self._recs.append((index, _OUTPUT_HELD))
+                                return
+                            tensors = [output]
+                        else:
+                            tensors = float_tensors(output)
                         if tensors and all(t.dtype is torch.float32 for t in tensors):
                             for t in tensors:
                                 self._outputs.append((t, _version(t)))
