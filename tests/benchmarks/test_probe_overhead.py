@@ -53,3 +53,26 @@ def test_against_an_unknown_revision_says_so():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "--against" in done.stderr and "no-such-revision" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_inside_prints_the_time_in_each_of_the_probes_entry_points_per_model():
+    done = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--inside", "--processes", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if re.match(r"(mlp|gan) +this +step +[\d.]+ ms +inside", line)]
+    assert [row.split()[0] for row in rows] == ["mlp", "gan"]
+    for row in rows:
+        parts = dict(re.findall(r"(backward|forward_pre|forward|step_pre|step_post) ([\d.]+)", row))
+        assert set(parts) == {"backward", "forward_pre", "forward", "step_pre", "step_post"}
+        assert float(parts["step_pre"]) > 0 and float(parts["forward_pre"]) > 0
+
+
+@pytest.mark.skipif(not _in_git_checkout(), reason="compares with a committed version: needs the git checkout")
+def test_inside_against_a_revision_prints_both_versions_and_their_difference():
+    done = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--inside", "--processes", "1", "--against", "HEAD"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[:2] for line in lines if re.match(r"(mlp|gan) +\S+ +step .* inside ", line)] == [
+        ["mlp", "this"], ["mlp", "HEAD"], ["gan", "this"], ["gan", "HEAD"]]
+    assert [line.split()[0] for line in lines if re.search(r"difference [+-][\d.]+ us per step", line)] == ["mlp", "gan"]
