@@ -5,9 +5,11 @@ language model, a small GPT and a GAN with two optimizers. For each one the benc
 median over block pairs of (probed time / bare time) with a 95% interval and the process CPU time
 ratio, which a shared machine disturbs less. The shapes are defined in `shapes.py`. The probe runs in its default configuration (every
 detector; device statistics read every 20 steps); a block is as long as the sampling interval, so
-every probed block includes one reading of the device statistics. Each block starts with a few
-untimed steps (`--settle`, both variants): a fresh probe checks each optimizer's first steps once
-per run, which the blocks of a real run do not pay again. Pairs run in ABBA order.
+every probed block includes one reading of the device statistics. Each block starts with
+untimed steps (`--settle`, both variants), as many as a fresh probe watches in full at the start
+of each optimizer (`Probe.watched`: each of the first 8), which the blocks of a real run do not pay
+again; with fewer, 5 of a block's 20 timed steps were first steps, and the GAN's ratio read about
+1.5 points higher. Pairs run in ABBA order.
 
 Each model's blocks are split over fresh processes, run one after the other (`--processes`): the
 ratio moves more between processes than between the blocks of one, so one process is not a fair
@@ -70,6 +72,7 @@ from typing import Any
 import torch
 
 import loopcheck
+from loopcheck.probe.probe import _FIRST_WATCHED as FIRST_WATCHED  # the first steps `Probe.watched` includes
 from shapes import SHAPES, build
 
 
@@ -364,9 +367,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2,
                         help="fresh processes each model's blocks are split over (default: 2)")
     parser.add_argument("--steps", type=int, default=20, help="steps per block (default: the probe's `every`)")
-    parser.add_argument("--settle", type=int, default=3,
-                        help="untimed steps at the start of each block (default: 3): a fresh probe checks the "
-                             "first steps of each optimizer once per run, which a block of a real run does not pay")
+    parser.add_argument("--settle", type=int, default=FIRST_WATCHED,
+                        help=f"untimed steps at the start of each block (default: {FIRST_WATCHED}): a fresh probe "
+                             "checks every one of each optimizer's first steps once per run, which a block of a "
+                             "real run does not pay")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's malloc thresholds at their (adaptive) defaults")

@@ -480,6 +480,16 @@ class Probe:
             if not probe.live or probe._in_backward:
                 # a backward inside a backward (reentrant checkpointing) is part of the outer one
                 return original(tensors, *args, **kwargs)
+            if (type(tensors) is torch.Tensor and probe._scaled is None and probe.readings.on_cpu
+                    and not probe._calls["on_backward"] and len(probe._pending_losses) < _PENDING_LOSSES):
+                # the usual CPU step, inline (`_record_loss`): the loss is kept, read at the step
+                if tensors.numel() == 1 and tensors.is_floating_point():
+                    probe._pending_losses.append(tensors)
+                probe._in_backward = True
+                try:
+                    return original(tensors, *args, **kwargs)
+                finally:
+                    probe._in_backward = False
             roots = _roots(tensors)
             after: list[tuple[Detector, torch.Tensor]] = []
             for tensor in roots:

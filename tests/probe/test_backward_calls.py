@@ -100,3 +100,26 @@ def test_lbfgs_nan_loss_in_the_closure_is_lp105_at_that_step():
     probe, _ = _lbfgs_run(6, zero_grad=True, poison_at=3)
     f = next(f for f in probe.findings if f.code.startswith("LP10"))
     assert (f.code, f.step) == ("LP105", 4)
+
+
+def test_a_step_after_more_backward_calls_than_are_kept_reads_the_sum_of_all_their_losses(net, batches):
+    # Step 10 (a step no sampled check looks at) accumulates 100 micro-batches: past 64 kept
+    # losses they are folded into a number, and the step reads the sum of all of them.
+    opt = torch.optim.SGD(net.parameters(), lr=0.001)
+    data = list(batches.epoch(9))
+    x, y = data[0]
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for bx, by in data:
+            opt.zero_grad()
+            F.cross_entropy(net(bx), by).backward()
+            opt.step()
+        assert probe._lean  # the usual path of a step between watched ones
+        opt.zero_grad()
+        total = 0.0
+        for _ in range(100):
+            loss = F.cross_entropy(net(x), y) / 100
+            total += loss.item()
+            loss.backward()
+        opt.step()
+    assert probe.findings == [] and probe.step == 10
+    assert probe.step_loss[0] == pytest.approx(total, rel=1e-5)
