@@ -389,14 +389,7 @@ class NonFiniteDetector(Detector):
                         # A training forward on the CPU: its output is not reduced but held until the
                         # sentinel judged its step (at the optimizer step). A NaN/Inf in it reaches
                         # the loss or the gradients the sentinel reads, and is then localised.
-                        if type(output) is torch.Tensor:  # the usual model: one output
-                            if output.dtype is torch.float32 and not output.is_inference():
-                                self._outputs.append((output, output._version))
-                                self._recs.append((index, _OUTPUT_HELD))
-                                return
-                            tensors = [output]
-                        else:
-                            tensors = float_tensors(output)
+                        tensors = [output] if type(output) is torch.Tensor else float_tensors(output)
                         if tensors and all(t.dtype is torch.float32 for t in tensors):
                             for t in tensors:
                                 self._outputs.append((t, _version(t)))
