@@ -204,6 +204,12 @@ def snapshot(ref: str, into: str) -> str:
     return name
 
 
+def probe_at(ref: str, into: str) -> Any:
+    """The Probe class of the probe package as committed at `ref`, unpacked under `into` (see `snapshot`)."""
+    sys.path.insert(0, into)
+    return importlib.import_module(snapshot(ref, into) + ".probe").Probe
+
+
 def against(args: argparse.Namespace) -> dict:
     """One process, one model, two probes (this version and the one at `args.against`): steps rotate
     between neither looking, this one and that one, each timed by the thread's CPU clock."""
@@ -212,8 +218,7 @@ def against(args: argparse.Namespace) -> dict:
     shape = build(args.models)
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory() as into:
-        sys.path.insert(0, into)
-        other = importlib.import_module(snapshot(args.against, into) + ".probe").Probe
+        other = probe_at(args.against, into)
         for k in range(args.settle * 4):
             shape.step(k)
         options = dict(scheduler=shape.scheduler, summary=False)
@@ -265,11 +270,7 @@ def inside(args: argparse.Namespace) -> dict:
             inner[0] += clock() - start
 
     with tempfile.TemporaryDirectory() as into:
-        if args.against:
-            sys.path.insert(0, into)
-            probe_class = importlib.import_module(snapshot(args.against, into) + ".probe").Probe
-        else:
-            probe_class = loopcheck.probe
+        probe_class = probe_at(args.against, into) if args.against else loopcheck.probe
         shape = build(args.models)
         warnings.simplefilter("ignore")
         for k in range(args.settle * 4):
@@ -310,20 +311,22 @@ def inside(args: argparse.Namespace) -> dict:
     return {"step": total / steps, "parts": {key: value / steps for key, value in spent.items()}}
 
 
+def run_worker(args: argparse.Namespace, model: str, *mode: str, blocks: int | None = None) -> dict:
+    """Run one worker process for `model` with this run's settings and `mode`'s flags; its result."""
+    command = [sys.executable, __file__, "--worker", *mode, "--models", model,
+               "--blocks", str(args.blocks if blocks is None else blocks), "--steps", str(args.steps),
+               "--settle", str(args.settle), "--threads", str(args.threads)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"a benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout)
+
+
 def in_processes(args: argparse.Namespace, model: str) -> list[dict]:
     """Split one model's blocks over fresh processes, run one after the other."""
     blocks = math.ceil(args.blocks / args.processes)
-    command = [sys.executable, __file__, "--worker", "--models", model, "--blocks", str(blocks),
-               "--steps", str(args.steps), "--settle", str(args.settle), "--threads", str(args.threads)]
-    if args.system_malloc:
-        command.append("--system-malloc")
-    results = []
-    for _ in range(args.processes):
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode:
-            sys.exit(f"a benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
-        results.append(json.loads(done.stdout))
-    return results
+    mode = ["--system-malloc"] if args.system_malloc else []
+    return [run_worker(args, model, *mode, blocks=blocks) for _ in range(args.processes)]
 
 
 def report_inside(args: argparse.Namespace, models: list[str]) -> None:
@@ -336,15 +339,8 @@ def report_inside(args: argparse.Namespace, models: list[str]) -> None:
         runs: dict[str, list[dict]] = {v: [] for v in versions}
         for _ in range(args.processes):
             for version in versions:
-                command = [sys.executable, __file__, "--worker", "--inside", "--models", model,
-                           "--blocks", str(args.blocks), "--steps", str(args.steps), "--settle", str(args.settle),
-                           "--threads", str(args.threads)]
-                if version != "this":
-                    command += ["--against", version]
-                done = subprocess.run(command, capture_output=True, text=True)
-                if done.returncode:
-                    sys.exit(f"the benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
-                runs[version].append(json.loads(done.stdout))
+                mode = ["--inside"] + (["--against", version] if version != "this" else [])
+                runs[version].append(run_worker(args, model, *mode))
         totals = {}
         for version in versions:
             results = runs[version]
@@ -408,13 +404,7 @@ def main() -> None:
         print(f"per-step cost of this version and of {args.against}, steps rotating inside one process "
               f"({args.blocks * args.steps} of each per model, thread CPU time, medians)")
         for model in models:
-            command = [sys.executable, __file__, "--worker", "--against", args.against, "--models", model,
-                       "--blocks", str(args.blocks), "--steps", str(args.steps), "--settle", str(args.settle),
-                       "--threads", str(args.threads)]
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode:
-                sys.exit(f"the benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
-            result = json.loads(done.stdout)
+            result = run_worker(args, model, "--against", args.against)
             off = result["off"]
             this, that = result["this"] - off, result["that"] - off
             print(f"{model:<6} step {off * 1e3:6.2f} ms  this {this * 1e6:+7.0f} us ({result['this'] / off:.3f}x)  "
@@ -425,13 +415,7 @@ def main() -> None:
         print(f"per-step cost, steps alternating inside one probe ({args.blocks * args.steps} of each per model, "
               f"thread CPU time, medians)")
         for model in models:
-            command = [sys.executable, __file__, "--worker", "--alternate", "--models", model, "--blocks",
-                       str(args.blocks), "--steps", str(args.steps), "--settle", str(args.settle),
-                       "--threads", str(args.threads)]
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode:
-                sys.exit(f"the benchmark process for {model} failed (exit {done.returncode}):\n{done.stderr}")
-            result = json.loads(done.stdout)
+            result = run_worker(args, model, "--alternate")
             cost = result["on"] - result["off"]
             print(f"{model:<6} step {result['off'] * 1e3:6.2f} ms  probe {cost * 1e6:+7.0f} us  "
                   f"({result['on'] / result['off']:.3f}x)", flush=True)

@@ -116,8 +116,9 @@ class Probe:
         self._discovery: Any = None
         self._detector_classes = list(detectors) if detectors is not None else default_detectors()
         self._lean = False  # see `_set_lean`
-        self._full = [True] * len(self.optimizers)  # per optimizer: whether its coming step is not lean
+        self._full: list[bool] = []  # per optimizer: whether its coming step is a full one, not lean
         self._new_detectors()
+        self._set_lean()
 
     def _set_objects(self, wrappers: list[nn.Module], optimizers: list[Optimizer], schedulers: list[Any],
                      scaler: Any) -> None:
@@ -446,7 +447,6 @@ class Probe:
 
     def _step_post_hook(self, opt: Optimizer) -> Callable[..., None]:
         key = id(opt)
-        check_every, every = self.config.check_every, self.config.every
 
         def hook(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
             if self._before_step:  # a step(closure) that never called its closure
@@ -454,19 +454,10 @@ class Probe:
             i = self.opt_index.get(key) if self.live else None
             if i is None:
                 return
-            applied = self._applied
-            applied[i] += 1
+            self._applied[i] += 1
             if i == 0:
                 self.step += 1
-            # `_set_lean` for this optimizer alone, inline: this runs after every step, when the
-            # interpreter's own data is out of the caches and each further call costs microseconds
-            coming = applied[i] + 1
-            full = self._full
-            full[i] = coming <= _FIRST_WATCHED or coming % check_every == 0 or coming % every == 0
-            lean = not any(full)
-            if lean is not self._lean:
-                self._lean = lean
-                self._calls = self._lean_calls if lean else self._full_calls
+            self._set_lean(i)
             self._dispatch("on_step" if i == 0 else "on_step_others", i, optimizer)
             if i == 0 and self.step % self.config.every == 0:
                 self._sample(final=False)
@@ -480,27 +471,22 @@ class Probe:
             if not probe.live or probe._in_backward:
                 # a backward inside a backward (reentrant checkpointing) is part of the outer one
                 return original(tensors, *args, **kwargs)
+            after: list[tuple[Detector, torch.Tensor]] = []
             if (type(tensors) is torch.Tensor and probe._scaled is None and probe.readings.on_cpu
                     and not probe._calls["on_backward"] and len(probe._pending_losses) < _PENDING_LOSSES):
-                # the usual CPU step, inline (`_record_loss`): the loss is kept, read at the step
+                # the usual CPU step, `_record_loss` inline: the loss is kept, read at the step
                 if tensors.numel() == 1 and tensors.is_floating_point():
                     probe._pending_losses.append(tensors)
-                probe._in_backward = True
-                try:
-                    return original(tensors, *args, **kwargs)
-                finally:
-                    probe._in_backward = False
-            roots = _roots(tensors)
-            after: list[tuple[Detector, torch.Tensor]] = []
-            for tensor in roots:
-                probe._record_loss(tensor)
-                after.extend((det, tensor) for det in probe._dispatch_backward(tensor) or ())
+            else:
+                for tensor in _roots(tensors):
+                    probe._record_loss(tensor)
+                    after.extend((det, tensor) for det in probe._dispatch_backward(tensor) or ())
             probe._in_backward = True
             try:
                 result = original(tensors, *args, **kwargs)
             finally:
                 probe._in_backward = False
-            if probe.live:
+            if after and probe.live:
                 for det, tensor in after:
                     probe._guard(det, det.after_backward, tensor)
             return result
@@ -621,7 +607,7 @@ class Probe:
         """
         applied = self._applied
         n = (applied[i] if i < len(applied) else 0) + 1  # no optimizer known yet (discovery): its first step
-        return n <= _FIRST_WATCHED or n % self.config.check_every == 0
+        return _watched_step(n, self.config.check_every)
 
     def grad_norms(self, i: int) -> "StepNorms":
         """Per-parameter gradient norms of optimizer `i` at this step, on the device (no sync).
@@ -733,13 +719,25 @@ class Probe:
         self._calls = lean if self._lean else full
         self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
 
-    def _set_lean(self) -> None:
+    def _set_lean(self, i: int | None = None) -> None:
         """Between two steps that neither the sampled checks look at nor precede a sample (see
         `watched`), the hook methods that matter only on those steps (`Detector.watched_only`) are
-        not called at all: most steps then cost only the checks that look at every step."""
-        self._full = [self.watched(i) or (n + 1) % self.config.every == 0  # each one's coming step
-                      for i, n in enumerate(self._applied)]
-        lean = bool(self._full) and not any(self._full)
+        not called at all: most steps then cost only the checks that look at every step.
+
+        Each optimizer's coming step is judged once, when it stepped (`i`), or every one when the
+        set of optimizers changed: this runs after every step, with the caches cold, where each
+        further call costs microseconds."""
+        config, applied = self.config, self._applied
+        if i is None:
+            self._full = [False] * len(applied)
+            indices: Any = range(len(applied))
+        else:
+            indices = (i,)
+        full = self._full
+        for j in indices:
+            coming = applied[j] + 1
+            full[j] = _watched_step(coming, config.check_every) or coming % config.every == 0
+        lean = bool(full) and not any(full)
         if lean is not self._lean:
             self._lean = lean
             self._calls = self._lean_calls if lean else self._full_calls
@@ -860,6 +858,11 @@ def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
     def __getstate__(module: nn.Module) -> Any:
         return without_own_hooks(original(module))
     return __getstate__
+
+
+def _watched_step(n: int, check_every: int) -> bool:
+    """Whether an optimizer's `n`-th step is one the sampled checks look at (see `Probe.watched`)."""
+    return n <= _FIRST_WATCHED or n % check_every == 0
 
 
 _FLOAT32 = torch.float32

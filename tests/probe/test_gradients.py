@@ -90,7 +90,9 @@ def test_gradient_accumulation_and_other_reset_styles_stay_clean(batches):
     assert probe.findings == [] and probe.step == 12
 
 
-def test_two_optimizers_gan_style_stay_clean():
+def _gan(steps: int, generator_resets_until: int | None = None):
+    """A GAN step by step: D on real and detached fake, then G through D; G's gradients are reset
+    before each of its backward passes up to step `generator_resets_until` (every step: None)."""
     torch.manual_seed(4)
     netG = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
     netD = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
@@ -98,7 +100,7 @@ def test_two_optimizers_gan_style_stay_clean():
     optD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
     real_data = torch.randn(256, 8) * 0.5 + 1.0
     with loopcheck.probe([netD, netG], [optD, optG], on_finding="ignore", summary=False) as probe:
-        for i in range(40):
+        for i in range(steps):
             real = real_data[torch.randint(0, 256, (32,))]
             fake = netG(torch.randn(32, 8))
             netD.zero_grad()
@@ -106,10 +108,16 @@ def test_two_optimizers_gan_style_stay_clean():
             errD = errD + F.binary_cross_entropy_with_logits(netD(fake.detach()), torch.zeros(32, 1))
             errD.backward()
             optD.step()
-            netG.zero_grad()
+            if generator_resets_until is None or i < generator_resets_until:
+                netG.zero_grad()
             errG = F.binary_cross_entropy_with_logits(netD(fake), torch.ones(32, 1))
             errG.backward()  # also fills netD's gradients, reset before D's next backward
             optG.step()
+    return probe
+
+
+def test_two_optimizers_gan_style_stay_clean():
+    probe = _gan(40)
     assert probe.findings == []
     assert probe.step == 40
 
@@ -117,26 +125,7 @@ def test_two_optimizers_gan_style_stay_clean():
 def test_a_gan_whose_generator_stops_resetting_midway_is_found_for_that_optimizer_only():
     # From step 21 on (past the first steps, which are all watched) the generator's reset is gone:
     # between watched steps nothing follows the gradients, and the next watched step finds it.
-    torch.manual_seed(4)
-    netG = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
-    netD = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
-    optG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    optD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    real_data = torch.randn(256, 8) * 0.5 + 1.0
-    with loopcheck.probe([netD, netG], [optD, optG], on_finding="ignore", summary=False) as probe:
-        for i in range(40):
-            real = real_data[torch.randint(0, 256, (32,))]
-            fake = netG(torch.randn(32, 8))
-            optD.zero_grad()
-            errD = F.binary_cross_entropy_with_logits(netD(real), torch.ones(32, 1))
-            errD = errD + F.binary_cross_entropy_with_logits(netD(fake.detach()), torch.zeros(32, 1))
-            errD.backward()
-            optD.step()
-            if i < 20:
-                optG.zero_grad()
-            errG = F.binary_cross_entropy_with_logits(netD(fake), torch.ones(32, 1))
-            errG.backward()
-            optG.step()
+    probe = _gan(40, generator_resets_until=20)
     resets = [f for f in probe.findings if f.code == "LP403"]
     assert [f.where for f in resets] == ["optimizer1"]
     assert 21 < resets[0].step <= 25  # the first watched step of the generator after the change

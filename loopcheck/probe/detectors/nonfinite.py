@@ -143,7 +143,7 @@ class NonFiniteDetector(Detector):
         # pass, so they are checked only when localising. On an accelerator the values are read
         # later, after updates, so each step queues its parameter check (one fused kernel).
         self._eager_state = probe.off_cpu
-        # a probed model's training output is held, not reduced (see `_forward_hook`)
+        # a probed model's training output is held, not reduced (see `on_forward`)
         self._holds_outputs = not self._eager_state and not self.config.backward_hooks
         self._root_hooks: dict[int, Callable[..., None]] = {}
         # Lean until armed (see `_arm`): the covered layers and dense groups have no hooks; a step
@@ -338,40 +338,40 @@ class NonFiniteDetector(Detector):
             for group in self._groups:
                 self._plan(group)
         if len(args) == 1 and type(args[0]) is torch.Tensor:  # the usual call: one batch
-            t = args[0]
-            if t.is_floating_point():
-                # `_record_input` inline for a training batch on the CPU: this runs at every forward
-                if not self._eager_state and torch.is_grad_enabled() and not t.is_inference():
-                    self._held.append((weakref.ref(t), t._version))
-                    recs.append((index, _INPUT_HELD))
-                else:
-                    self._record_forward(t, index, _INPUT)
+            inputs = args if args[0].is_floating_point() else ()
         else:
-            for t in float_tensors(args):
-                self._record_input(t, index)
+            inputs = float_tensors(args)
+        for t in inputs:
+            # Held only in a training forward on the CPU, judged at its optimizer step; the verdict
+            # of an evaluation pass, or on an accelerator, comes later: reduce it now.
+            if not self._eager_state and torch.is_grad_enabled() and not t.is_inference():
+                self._held.append((weakref.ref(t), t._version))
+                recs.append((index, _INPUT_HELD))
+            else:
+                self._record_forward(t, index, _INPUT)
         if len(recs) >= _FOLD_AT:
             self._note_fold()
 
-    def _record_input(self, t: torch.Tensor, index: int) -> None:
-        # Held only in a training forward on the CPU, judged at its optimizer step; the verdict of
-        # an evaluation pass, or on an accelerator, comes later: reduce it now.
-        if self._eager_state or not torch.is_grad_enabled() or t.is_inference():
-            self._record_forward(t, index, _INPUT)
-        else:
-            self._held.append((weakref.ref(t), t._version))
-            self._note(index, _INPUT_HELD)
-
     def on_forward(self, root: int, module: nn.Module, output: Any) -> None:
-        if (type(output) is torch.Tensor and output.dtype is torch.float32 and self._holds_outputs
-                and torch.is_grad_enabled() and not output.is_inference()):
-            # the root hook's usual case, inline (see `_forward_hook`): a CPU training forward
-            # with one output, held until the sentinel judged its step
-            if self._depth > 0:
-                self._depth -= 1
-            self._outputs.append((output, output._version))
-            self._recs.append((self._root_index[root], _OUTPUT_HELD))
-            return
-        self._root_hooks[root](module, (), output)
+        if self._holds_outputs and torch.is_grad_enabled():
+            # A training forward on the CPU: its output is not reduced but held until the
+            # sentinel judged its step (at the optimizer step). A NaN/Inf in it reaches the loss
+            # or the gradients the sentinel reads, and is then localised.
+            if type(output) is torch.Tensor:  # the usual model, kept short: this runs at every forward
+                tensors: Any = (output,) if output.dtype is torch.float32 else ()
+            else:
+                tensors = float_tensors(output)
+                if not all(t.dtype is torch.float32 for t in tensors):
+                    tensors = ()
+            if tensors:
+                if self._depth > 0:
+                    self._depth -= 1
+                index = self._root_index[root]
+                for t in tensors:
+                    self._outputs.append((t, _version(t)))
+                    self._recs.append((index, _OUTPUT_HELD))  # the next forward checks for a fold
+                return
+        self._root_hooks[root](module, (), output)  # the rest, as a probed model's own hook
 
     def _forward_hook(self, index: int, module: nn.Module, root: bool, covered: bool) -> Callable[..., None]:
         grad_hook = self._grad_hook(index) if self.config.backward_hooks else None
@@ -385,17 +385,8 @@ class NonFiniteDetector(Detector):
                 if root:
                     if self._depth > 0:
                         self._depth -= 1
-                    if grad_hook is None and not self._eager_state and torch.is_grad_enabled():
-                        # A training forward on the CPU: its output is not reduced but held until the
-                        # sentinel judged its step (at the optimizer step). A NaN/Inf in it reaches
-                        # the loss or the gradients the sentinel reads, and is then localised.
-                        tensors = [output] if type(output) is torch.Tensor else float_tensors(output)
-                        if tensors and all(t.dtype is torch.float32 for t in tensors):
-                            for t in tensors:
-                                self._outputs.append((t, _version(t)))
-                                self._note(index, _OUTPUT_HELD)
-                            return
-                    elif type(output) is torch.Tensor and grad_hook is None and output.dtype is torch.float32:
+                    # (a training output on the CPU was held by `on_forward`, which calls this)
+                    if type(output) is torch.Tensor and grad_hook is None and output.dtype is torch.float32:
                         # the usual probed model: one output, always reduced (nothing outside
                         # a probed model returns it, so it need not be remembered)
                         if self._last is not _dead and self._repeat(output, _version(output), True) is not None:
