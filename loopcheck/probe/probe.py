@@ -495,9 +495,7 @@ class Probe:
     def _take_losses(self, i: int) -> None:
         losses, self._pending_losses = self._pending_losses, []
         loss: Any
-        if len(losses) == 1 and self.readings.on_cpu and losses[0].is_cpu:  # the usual step, kept short
-            loss = losses[0].item()
-        elif losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
+        if losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
             # read now (no synchronisation on the CPU), and the graphs let go
             loss = _total(losses)
         else:
@@ -656,7 +654,7 @@ class Probe:
         elif exact or not self.readings.on_cpu:
             norms = fused_norms(grads)
         else:  # only their finiteness counts: a sum each is cheaper than a fused norm call on the CPU
-            norms = [g.sum() if g.dtype is _FLOAT32 else finite_probe_value(g) for g in grads]
+            norms = [g.sum() if g.dtype is torch.float32 else finite_probe_value(g) for g in grads]
         result = StepNorms(norms, positions, self.readings.add(norms), exact)
         self._norms[i] = (self._serial, result)
         return result
@@ -865,7 +863,6 @@ def _watched_step(n: int, check_every: int) -> bool:
     return n <= _FIRST_WATCHED or n % check_every == 0
 
 
-_FLOAT32 = torch.float32
 _PENDING_LOSSES = 64  # losses of backward calls kept (CPU: with their graphs) until a step reads them
 _FIRST_WATCHED = 8  # the steps of each optimizer that `Probe.watched` always includes
 _SMALL = 4096  # values of a parameter whose gradient `Probe.grad_checks` reads at every step
