@@ -362,8 +362,7 @@ class _Run:
         results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise, cache, reported_into))
         # A file whose kept result was used may have gained an importer that reports into it: its
         # result is made again (the analyses just made are kept, so this costs little).
-        stale = [f for f, deps in kept.items()
-                 if reported_into.get(os.path.realpath(f), set()) - {os.path.realpath(d) for d in deps}]
+        stale = [f for f, deps in kept.items() if _reported_beyond(reported_into, f, deps)]
         if stale:
             for f in stale:
                 del outcomes[f]
@@ -647,6 +646,15 @@ def _check_one(args: tuple) -> Any:
     if data is not None:
         return check_source(data, path, enabled=enabled, project=project_for(path) if args[3] else None)
     return check_file(path, enabled=enabled, project=project_for(path))
+
+
+def _reported_beyond(reported_into: dict[str, set[str]], f: Path, deps: tuple[str, ...]) -> bool:
+    """Some file analysed in this run reports into `f` and is not among what `f`'s kept result
+    depends on. Only the files with such a report have their dependencies resolved: a kept
+    result lists hundreds, and resolving each (a system call per path component) was most of a
+    warm run."""
+    into = reported_into.get(os.path.realpath(f))
+    return bool(into) and bool(into - {os.path.realpath(d) for d in deps})
 
 
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None,
