@@ -167,6 +167,8 @@ class _Unit:
         self.functions: dict[str, cst.FunctionDef] = _Noted(note) if note is not None else {}
         self.classes: dict[str, _Class] = _Noted(note) if note is not None else {}
         self._units: dict[tuple[str, int], "_Unit | None"] = {}
+        self._classes_found: dict[str, Any] = {}
+        self._functions_found: dict[str, Any] = {}
         self.top_level: list[cst.BaseStatement] = []
         for stmt in module.body:
             self._index(stmt, top=True)
@@ -363,6 +365,15 @@ class _Unit:
         return frozenset(found)
 
     def lookup_class(self, dotted: str) -> _Class | None:
+        """The project class `dotted` names here (defined in this file or imported), else None.
+        Asked once per name and analysis: a name is looked up at each of its calls, and the
+        parts of other modules it reads were noted the first time."""
+        found = self._classes_found.get(dotted, _UNSEEN)
+        if found is _UNSEEN:
+            found = self._classes_found[dotted] = self._lookup_class(dotted)
+        return found
+
+    def _lookup_class(self, dotted: str) -> _Class | None:
         if dotted in self.classes:
             return self.classes[dotted]
         root, _, rest = dotted.partition(".")
@@ -377,6 +388,14 @@ class _Unit:
         return None
 
     def lookup_function(self, dotted: str) -> tuple[cst.FunctionDef, "_Unit"] | None:
+        """The project function `dotted` names here and the file defining it, else None (asked
+        once per name and analysis, as `lookup_class`)."""
+        found = self._functions_found.get(dotted, _UNSEEN)
+        if found is _UNSEEN:
+            found = self._functions_found[dotted] = self._lookup_function(dotted)
+        return found
+
+    def _lookup_function(self, dotted: str) -> tuple[cst.FunctionDef, "_Unit"] | None:
         if dotted in self.functions:
             return self.functions[dotted], self
         root, _, rest = dotted.partition(".")
@@ -391,6 +410,7 @@ class _Unit:
         return None
 
 
+_UNSEEN = object()
 _CALLED = re.compile(r"(?<![\w.])(?<!def )(?<!class )([A-Za-z_]\w*)\s*\(")  # `name(`, not `obj.name(` or `def name(`
 _SELF_CALL = re.compile(r"(?:self|cls|super\(\))\.([A-Za-z_]\w*)\s*\(")
 
