@@ -669,10 +669,13 @@ def check_files(
             result.findings.sort(key=_order)
         results.append(result)
     if store is not None:
-        by_path = {os.path.realpath(a.path): a for a in analyses}
+        # what each analysis read, as one dict: every file importing a module adds its reads to
+        # that module's result, so a project's central analyses are merged into most results
+        reads = {os.path.realpath(a.path): dict.fromkeys([*(a.consulted or ()), *(a.sources or ())])
+                 for a in analyses}
         projects: dict[str, Any] = {}
         for result in results:
-            result.consulted = _depended_on(result.path, by_path, _project_in(result.path, projects))
+            result.consulted = _depended_on(result.path, reads, _project_in(result.path, projects))
     return results
 
 
@@ -715,18 +718,15 @@ def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: 
         return [_analyse_one(task) for task in tasks]
 
 
-def _depended_on(path: str, analyses: dict[str, FileResult], project: Any) -> list[str]:
+def _depended_on(path: str, reads: dict[str, dict[str, None]], project: Any) -> list[str]:
     """Every file the result of `path` depends on besides its own: the files importing it (their
     analyses may report into it, whatever they report now), and what each of those analyses,
-    and its own, read or answered questions from."""
+    and its own, read or answered questions from (`reads`, by the analysed file's real path)."""
     files: dict[str, None] = {}
     contributors = [os.path.realpath(path)] + (project.dependents(Path(path)) if project is not None else [])
     for name in contributors:
         files[os.path.abspath(name)] = None
-        analysis = analyses.get(name)
-        if analysis is not None:
-            files.update(dict.fromkeys(analysis.consulted or ()))
-            files.update(dict.fromkeys(analysis.sources or ()))
+        files.update(reads.get(name, ()))
     files.pop(os.path.abspath(path), None)
     files.pop(os.path.realpath(path), None)
     return list(files)
