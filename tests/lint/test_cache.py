@@ -149,3 +149,22 @@ def test_summaries_are_kept_by_content_in_the_cache(tmp_path: Path) -> None:
     assert again == summarize(source, "/p/b.py") and again.path == "/p/b.py"
     assert store.summary(b"def broken(:\n", "/p/c.py") is None
     assert store.summary(b"def broken(:\n", "/p/c.py") is None  # read back as "cannot be summarised"
+
+
+def test_a_kept_result_has_its_dependencies_resolved_only_when_something_reports_into_it(tmp_path, monkeypatch):
+    """A warm run checks whether a file it analysed reports into a file whose kept result it used
+    (a new importer). Only such a file's dependencies are resolved: a kept result lists hundreds,
+    and resolving them all for every file was most of a warm run on an unchanged tree."""
+    import os
+
+    from loopcheck.lint import command
+
+    here, kept_dep, new_importer = (write(tmp_path / name, "") for name in ("a.py", "b.py", "c.py"))
+    real = os.path.realpath
+    resolved: list[str] = []
+    monkeypatch.setattr(command.os.path, "realpath", lambda p: resolved.append(str(p)) or real(p))
+
+    assert not command._reported_beyond({}, here, (str(kept_dep),))
+    assert resolved == [str(here)]
+    assert not command._reported_beyond({real(here): {real(kept_dep)}}, here, (str(kept_dep),))
+    assert command._reported_beyond({real(here): {real(new_importer)}}, here, (str(kept_dep),))
