@@ -34,11 +34,12 @@ steps rotate between neither looking, this one and that one (off, this, that, th
 each timed by the thread's CPU clock. It prints each version's cost per step and their
 difference; the step clock of each probe advances only on its own steps.
 
-`--inside` measures only the time spent inside the probe's own hooks and wrappers (forward hooks,
-the backward wrapper less the backward itself, the optimizer's step hooks), per step, by the
-thread's CPU clock, the way they run in training: after torch's kernels have pushed the
-interpreter's data out of the caches, each Python call of the probe costs several times what it
-costs in a micro-benchmark. With `--against REF` both versions run, in alternating fresh
+`--inside` measures only the time spent inside the probe's own hooks and wrappers (forward hooks
+on the probed models, and on those of their layers that a non-finite value could not be traced to
+by their parameters alone; the backward wrapper less the backward itself; the optimizer's step
+hooks), per step, by the thread's CPU clock, the way they run in training: after torch's kernels
+have pushed the interpreter's data out of the caches, each Python call of the probe costs several
+times what it costs in a micro-benchmark. With `--against REF` both versions run, in alternating fresh
 processes (`--processes` rounds), and the medians of the rounds are compared. Two probes in one
 process (`--against` alone) cannot resolve differences under about 150 us per step: identical
 code measures up to that far apart depending on which copy is imported first.
@@ -276,6 +277,8 @@ def inside(args: argparse.Namespace) -> dict:
         for k in range(args.settle * 4):
             shape.step(k)
         torch.autograd.backward = backward
+        before = {(id(m), h) for model in shape.models for m in model.modules()
+                  for hooks in (m._forward_pre_hooks, m._forward_hooks) for h in hooks}
         try:
             with probe_class(shape.models, shape.optimizers, scheduler=shape.scheduler, summary=False):
                 for opt in shape.optimizers:
@@ -283,10 +286,12 @@ def inside(args: argparse.Namespace) -> dict:
                                        (opt._optimizer_step_post_hooks, "step_post")):
                         for handle, hook in list(hooks.items()):
                             hooks[handle] = timed(key, hook)
-                for model in shape.models:
-                    for hooks, key in ((model._forward_pre_hooks, "forward_pre"), (model._forward_hooks, "forward")):
+                roots = {id(model) for model in shape.models}
+                for module in {id(m): m for model in shape.models for m in model.modules()}.values():
+                    for hooks, key in ((module._forward_pre_hooks, "forward_pre"), (module._forward_hooks, "forward")):
                         for handle, hook in list(hooks.items()):
-                            hooks[handle] = timed(key, hook)
+                            if (id(module), handle) not in before:  # the probe's, on the model or its layers
+                                hooks[handle] = timed(key if id(module) in roots else "layers", hook)
                 wrapped = torch.autograd.backward
 
                 def outer(*a: Any, **k: Any) -> Any:

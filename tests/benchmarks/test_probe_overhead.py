@@ -67,6 +67,17 @@ def test_inside_prints_the_time_in_each_of_the_probes_entry_points_per_model():
         assert float(parts["step_pre"]) > 0 and float(parts["forward_pre"]) > 0
 
 
+def test_inside_counts_the_hooks_the_probe_puts_on_a_models_layers():
+    """The LSTM language model's embedding and LSTM layers are hooked by the probe (a NaN in them
+    cannot be traced by their parameters alone): that time is the probe's too."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--models", "lstm", "--blocks", "1", "--steps", "4",
+                           "--settle", "1", "--inside", "--processes", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("lstm "))
+    parts = dict(re.findall(r"(layers|forward_pre|forward|step_pre) ([\d.]+)", row))
+    assert float(parts["layers"]) > 0 and float(parts["forward"]) > 0
+
+
 @pytest.mark.skipif(not _in_git_checkout(), reason="compares with a committed version: needs the git checkout")
 def test_inside_against_a_revision_prints_both_versions_and_their_difference():
     done = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--inside", "--processes", "1", "--against", "HEAD"],
