@@ -144,6 +144,27 @@ def test_a_custom_op_after_dense_layers_is_named_not_the_layers():
     assert f.where == "rescale" and f.step == 12
 
 
+def test_a_custom_op_in_a_cpu_training_step_is_held_not_reduced(monkeypatch):
+    """A custom module's training output on the CPU is held like the model's: nothing is reduced
+    while every step is finite, and a step that goes NaN still names the module that made it."""
+    reduced = []
+    real = nonfinite.finite_probe_value
+    monkeypatch.setattr(nonfinite, "finite_probe_value", lambda t: reduced.append(tuple(t.shape)) or real(t))
+    torch.manual_seed(0)
+    model = RescaleNet()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(12):
+            model.rescale.armed = step == 9
+            if step == 9:
+                assert reduced == []
+            opt.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))).backward()
+            opt.step()
+    (f,) = probe.findings
+    assert (f.code, f.where, f.step) == ("LP103", "rescale", 10)
+
+
 def test_layers_called_outside_the_model_forward_are_checked(net, batches):
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:

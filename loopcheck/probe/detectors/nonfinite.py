@@ -56,8 +56,9 @@ _REDUCED = (_OUTPUT, _INPUT)
 # _INPUT_HELD (CPU, training forwards): a probed model's input batch, not reduced but held weakly
 # with its version and checked only when localising, in the same step: the loop still holds its
 # batch then.
-# _OUTPUT_HELD (CPU, training forwards): a probed model's output, not reduced but held until the
-# sentinel judged its step, and checked only when localising.
+# _OUTPUT_HELD (CPU, training forwards): a probed model's output, or that of a layer its parameters
+# cannot vouch for, not reduced but held until the sentinel judged its step, and checked only when
+# localising.
 # float16 overflows easily: a dense layer's float16 output is reduced, not trusted
 _TRUSTED_DTYPES = frozenset((torch.float32, torch.float64, torch.bfloat16))
 _RUNNING = ("running_mean", "running_var")
@@ -403,6 +404,10 @@ class NonFiniteDetector(Detector):
                     self._note(index, _COVERED)
                     self._remember(output, _version(output), reduced=False)
                     return
+                # A layer's training output on the CPU is held like the model's own (see
+                # `on_forward`): a NaN/Inf in it that matters reaches the loss or the gradients the
+                # sentinel reads, and the output is reduced only when localising.
+                hold = not root and self._holds_outputs and not self._armed and torch.is_grad_enabled()
                 for t in float_tensors(output):
                     version = _version(t)
                     if root and t.dtype not in _TRUSTED_DTYPES and not self._armed:
@@ -415,6 +420,10 @@ class NonFiniteDetector(Detector):
                         if kind == _OUTPUT:
                             self._fwd.append(self._fwd[-1])
                         self._note(index, kind)
+                    elif hold and t.dtype is torch.float32:
+                        self._outputs.append((t, version))
+                        self._note(index, _OUTPUT_HELD)
+                        self._remember(t, version, reduced=False)
                     else:
                         self._record_forward(t, index, _OUTPUT)
                         self._remember(t, version, reduced=True)
