@@ -167,6 +167,30 @@ def test_layers_called_outside_the_model_forward_are_checked(net, batches):
     assert f.code == "LP103" and f.where == "body.0" and f.step == 7
 
 
+def test_a_loop_that_drives_the_layers_itself_keeps_no_output_alive_past_its_step():
+    """The probed model's forward never runs, so nothing starts a new forward pass: the custom
+    module's outputs of the first steps, held until their step was judged, are let go at the next."""
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    model = RescaleNet()
+    outputs = []
+    model.rescale.register_forward_hook(lambda module, args, out: outputs.append(weakref.ref(out)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(6):
+            x = torch.randn(8, 16)
+            opt.zero_grad()
+            hidden = model.rescale(model.norm(model.inp(x)))
+            F.cross_entropy(model.out(hidden), torch.randint(0, 4, (8,))).backward()
+            opt.step()
+            del hidden
+        gc.collect()
+        assert [ref() is None for ref in outputs[:-1]] == [True] * 5
+    assert probe.findings == []
+
+
 def test_batch_norm_evaluating_with_nonfinite_running_statistics_is_named(net, batches):
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:

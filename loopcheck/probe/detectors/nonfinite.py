@@ -118,7 +118,7 @@ class NonFiniteDetector(Detector):
         self._fwd: list[torch.Tensor] = []
         # (output, its version) of the probed models' training outputs held since the last block (CPU)
         self._outputs: list[tuple[torch.Tensor, int]] = []
-        self._holding: list[_Block] = []  # blocks whose outputs are held (until the next forward)
+        self._holding: list[_Block] = []  # blocks whose outputs are held (until the next forward or fold)
         self._recs: list[tuple[int, int]] = []  # (module index, kind) of each forward record
         self._held: list[tuple[Any, int]] = []
         self._ran: dict[int, None] = {}  # covered modules that ran since the last block, in order
@@ -324,10 +324,8 @@ class NonFiniteDetector(Detector):
 
     # Recording (per forward / backward, no sync) --------------------------------------------
     def on_forward_pre(self, root: int, module: nn.Module, args: tuple[Any, ...]) -> None:
-        if self._holding:  # their steps were judged: let the outputs go
-            for block in self._holding:
-                block.outputs = None
-            self._holding = []
+        if self._holding:
+            self._let_go()
         self._depth += 1
         self._last = _dead  # a new forward pass: nothing before it is a child's output
         self._entered = True
@@ -480,6 +478,8 @@ class NonFiniteDetector(Detector):
         probe = self.probe
         readings = probe.readings
         reads = []
+        if self._holding:  # the earlier steps were judged (a loop driving the layers runs no model forward)
+            self._let_go()
         if opt is None and self._outputs:
             self._reduce_held()
         if self._fwd:
@@ -518,6 +518,12 @@ class NonFiniteDetector(Detector):
             self._folded = True
         self._clear()
         return block
+
+    def _let_go(self) -> None:
+        """The held outputs of the steps folded so far: those steps were judged, let them go."""
+        for block in self._holding:
+            block.outputs = None
+        self._holding = []
 
     def _reduce_held(self) -> None:
         """Reduce the held outputs into the forward records, in record order: a block that no step's
