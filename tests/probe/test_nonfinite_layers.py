@@ -151,6 +151,30 @@ def test_a_custom_op_after_dense_layers_is_named_not_the_layers(monkeypatch):
     assert f.where == "rescale" and f.step == 12
 
 
+class InPlaceSkipNet(RescaleNet):
+    """The custom op's output is written in place after it returns (`h += skip`), before any check."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.rescale(self.norm(self.inp(x)))
+        h += 0.5
+        return self.out(h)
+
+
+def test_a_custom_op_whose_output_is_then_written_in_place_is_still_named():
+    torch.manual_seed(0)
+    model = InPlaceSkipNet()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False) as probe:
+        for step in range(20):
+            model.rescale.armed = step == 11
+            opt.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))).backward()
+            opt.step()
+    (f,) = probe.findings
+    assert (f.code, f.where, f.step) == ("LP103", "rescale", 12)
+    assert "changed in place after it returned" in f.message
+
+
 def test_layers_called_outside_the_model_forward_are_checked(net, batches):
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:

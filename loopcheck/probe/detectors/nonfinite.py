@@ -52,6 +52,7 @@ _FOLD_AT = 4096  # forward records kept before they are folded into a block (lon
 # layer ran (judged by its parameters); PASSED that a module returned such a layer's output unchanged.
 _OUTPUT, _INPUT, _COVERED, _PASSED, _INPUT_HELD, _ENTER, _OUTPUT_HELD = 0, 1, 2, 3, 4, 5, 6
 _REDUCED = (_OUTPUT, _INPUT)
+_CHANGED = 7  # not a record: a held output found non-finite after it was written in place (a fault's kind)
 # _ENTER: a probed model's forward starts (its covered layers run after it, see `_expand`).
 # _INPUT_HELD (CPU, training forwards): a probed model's input batch, not reduced but held weakly
 # with its version and checked only when localising, in the same step: the loop still holds its
@@ -690,6 +691,11 @@ class NonFiniteDetector(Detector):
             if kind == _INPUT:
                 message = (f"the input batch of {name} already contains NaN/Inf at step {block.step}: "
                            f"the data (or its preprocessing) is the source")
+            elif kind == _CHANGED:
+                message = (f"{name} ({type(module).__name__}) is the first module, in execution order, whose "
+                           f"forward output is NaN/Inf (step {block.step}) as checked after the forward pass: "
+                           f"the output was changed in place after it returned, so the NaN/Inf comes from "
+                           f"{name} or from that change; everything after it inherits the value")
             else:
                 message = (f"{name} ({type(module).__name__}) is the first module, in execution order, whose "
                            f"forward output is NaN/Inf (step {block.step}); everything after it inherits the value")
@@ -737,7 +743,8 @@ class NonFiniteDetector(Detector):
 
         Hooks fire when a module returns, so a child reports before its parent; a parent whose
         own code produced the NaN before calling a child shows up as the child's bad output. A
-        covered layer shows one when it ran with non-finite parameters. Returns (module index,
+        covered layer shows one when it ran with non-finite parameters. A held output written in
+        place after it returned is judged as it is now (kind `_CHANGED`). Returns (module index,
         kind, the covered layers that ran since the last reduced record).
         """
         k = h = o = 0
@@ -748,9 +755,9 @@ class NonFiniteDetector(Detector):
                 if outputs is not None:
                     t, version = outputs[o]
                     o += 1
-                    # changed since (written in place): no longer the model's output, not judged
-                    if _version(t) == version and not _finite_now(t):
-                        return index, _OUTPUT, unchecked
+                    if not _finite_now(t):
+                        # written in place since it returned (`h += skip`): judged as it is now
+                        return index, _OUTPUT if _version(t) == version else _CHANGED, unchecked
                 unchecked = []
             elif kind == _INPUT_HELD:
                 ref, version = block.held[h]
