@@ -167,8 +167,7 @@ class _Unit:
         self.functions: dict[str, cst.FunctionDef] = _Noted(note) if note is not None else {}
         self.classes: dict[str, _Class] = _Noted(note) if note is not None else {}
         self._units: dict[tuple[str, int], "_Unit | None"] = {}
-        self._classes_found: dict[str, Any] = {}
-        self._functions_found: dict[str, Any] = {}
+        self._found: dict[tuple[str, str], Any] = {}  # (lookup, dotted name) -> its answer (`_looked_up`)
         self.top_level: list[cst.BaseStatement] = []
         for stmt in module.body:
             self._index(stmt, top=True)
@@ -365,12 +364,16 @@ class _Unit:
         return frozenset(found)
 
     def lookup_class(self, dotted: str) -> _Class | None:
-        """The project class `dotted` names here (defined in this file or imported), else None.
-        Asked once per name and analysis: a name is looked up at each of its calls, and the
-        parts of other modules it reads were noted the first time."""
-        found = self._classes_found.get(dotted, _UNSEEN)
+        """The project class `dotted` names here (defined in this file or imported), else None."""
+        return self._looked_up(self._lookup_class, dotted)
+
+    def _looked_up(self, lookup: Callable[[str], Any], dotted: str) -> Any:
+        """`lookup(dotted)`, asked once per name and analysis: a name is looked up at each of its
+        calls, and the parts of other modules it reads were noted the first time."""
+        key = (lookup.__name__, dotted)
+        found = self._found.get(key, _UNSEEN)
         if found is _UNSEEN:
-            found = self._classes_found[dotted] = self._lookup_class(dotted)
+            found = self._found[key] = lookup(dotted)
         return found
 
     def _lookup_class(self, dotted: str) -> _Class | None:
@@ -388,12 +391,8 @@ class _Unit:
         return None
 
     def lookup_function(self, dotted: str) -> tuple[cst.FunctionDef, "_Unit"] | None:
-        """The project function `dotted` names here and the file defining it, else None (asked
-        once per name and analysis, as `lookup_class`)."""
-        found = self._functions_found.get(dotted, _UNSEEN)
-        if found is _UNSEEN:
-            found = self._functions_found[dotted] = self._lookup_function(dotted)
-        return found
+        """The project function `dotted` names here and the file defining it, else None."""
+        return self._looked_up(self._lookup_function, dotted)
 
     def _lookup_function(self, dotted: str) -> tuple[cst.FunctionDef, "_Unit"] | None:
         if dotted in self.functions:
