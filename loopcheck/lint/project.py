@@ -98,6 +98,24 @@ def steady_files() -> Iterator[None]:
         yield
 
 
+_FILE, _FOLDER = 1, 2
+
+
+def _listing(folder: str) -> dict[str, int]:
+    """The names in `folder`, each `_FILE`, `_FOLDER` or 0 (links followed); empty when it
+    cannot be listed."""
+    found: dict[str, int] = {}
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    found[entry.name] = _FILE if entry.is_file() else _FOLDER if entry.is_dir() else 0
+                except OSError:
+                    found[entry.name] = 0
+    except OSError:
+        pass
+    return found
+
 class _PerRun:
     """`compute(path)` asked once per run (`steady_files`) for each path as asked, afresh in the
     next run; asked every time outside a run."""
@@ -156,6 +174,7 @@ class Project:
         self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
         self._file_stamp = _PerRun(file_stamp)  # size and time of a file on disk
         self._real_path = _PerRun(os.path.realpath)
+        self._listings = _PerRun(_listing)  # folder -> its names, each a file, a folder or neither
         # ("search" or "count", path, pattern) -> (stamp, answer): asked by the analysis of each
         # file that follows the module
         self._searches: dict[tuple[str, str, Any], tuple[Any, Any]] = {}
@@ -208,7 +227,7 @@ class Project:
             folder = self._real.get(key[0])
             if folder is None:
                 folder = self._real[key[0]] = os.path.realpath(key[0])
-            tried: list[Path] = []
+            tried: list[str] = []
             found = self._find(folder, module, level, tried)
             # never into an environment or installed packages: a file named inside one is
             # checked alone, instead of walking the whole installed package
@@ -217,27 +236,41 @@ class Project:
             self._resolved[key] = (found, tuple(dict.fromkeys(self._witness(t) for t in tried)))
         return self._resolved[key]
 
-    def _witness(self, path: Path) -> str:
+    def _witness(self, path: str) -> str:
         """What shows a file created at `path`, where there is none: the file itself where its
         folder exists, else the first folder missing on the way to it (made first; one witness
         for every module of a package that is not there)."""
-        folder = str(path.parent)
+        folder = os.path.dirname(path)
         missing = self._missing.get(folder)
         if missing is None:
-            missing = self._missing[folder] = _first_missing(path.parent)
-        return missing or str(path)
+            missing = self._missing[folder] = _first_missing(folder, self._is_dir)
+        return missing or path
 
-    def _find(self, folder: str, module: str, level: int, tried: list[Path]) -> Path | None:
+    def _is_file(self, path: str) -> bool:
+        """Whether `path` is a file, read from its folder's listing (one per folder and run:
+        resolving a project's imports tries a few candidate names in the same folders)."""
+        if not _STEADY:
+            return os.path.isfile(path)
+        folder, name = os.path.split(path)
+        return self._listings(folder).get(name) == _FILE
+
+    def _is_dir(self, path: str) -> bool:
+        folder, name = os.path.split(path)
+        if not (_STEADY and name):
+            return os.path.isdir(path)
+        return self._listings(folder).get(name) == _FOLDER
+
+    def _find(self, folder: str, module: str, level: int, tried: list[str]) -> Path | None:
         parts = [p for p in module.split(".") if p] if module else []
         if level:
-            base = Path(folder)
+            base = folder
             for _ in range(level - 1):
-                base = base.parent
-            return _module_file(base, parts, tried)
+                base = os.path.dirname(base)
+            return _module_file(base, parts, tried, self._is_file)
         if not parts or parts[0] in sys.builtin_module_names or parts[0] in _NOT_LOCAL:
             return None
         for directory in self._search_dirs(folder):
-            found = _module_file(directory, parts, tried)
+            found = _module_file(str(directory), parts, tried, self._is_file)
             if found is not None:
                 return found
         return None
@@ -780,19 +813,21 @@ class Project:
         cycle reaches itself.) Settled for every module met on the way, once per run: each
         strongly connected part of the import graph is walked once, not once per importer."""
         key = self.real_path(path)
+        reads = self._consulting[-1] if self._consulting else None
+        # the files the answer rests on, for an analysis that records them and has not yet: a
+        # question asked again, or asked while checking a kept analysis, needs none of them
+        sourced = reads is not None and reads is not _DISCARDED and key not in reads.sources
         with self._unrecorded():  # the answer is what the asking analysis depends on
             self._settle_edits()
             known = self._mentions.setdefault(words, {})
             if key not in known:
                 self._settle(key, words, known)
-            recorded = len(self._consulting) > 1
-            reached = self.reach(key) if recorded else ()
+            reached = self.reach(key) if sourced else ()
             # a module created where an import found nothing may be reached from then on
-            absent = [p for module in (key, *reached) for p in self._absent_imports(module)] if recorded else []
-        if self._consulting:
-            reads = self._consulting[-1]
+            absent = [p for module in (key, *reached) for p in self._absent_imports(module)] if sourced else []
+        if reads is not None:
             reads.facts[("reach", key, words)] = known[key]
-            if key not in reads.sources:
+            if sourced:
                 reads.sources[key] = None
                 reads.sources.update(dict.fromkeys(reached))
                 reads.sources.update(dict.fromkeys(absent))
@@ -954,25 +989,29 @@ def _cwd() -> Path:
     return _CWD[0][1]
 
 
-def _first_missing(folder: Path) -> str:
+def _first_missing(folder: str, is_dir: Callable[[str], bool] = os.path.isdir) -> str:
     """The outermost folder on the way to `folder` that is not there ('' when `folder` is)."""
     missing = ""
-    while not folder.is_dir() and folder.parent != folder:
-        missing, folder = str(folder), folder.parent
+    while not is_dir(folder) and os.path.dirname(folder) != folder:
+        missing, folder = folder, os.path.dirname(folder)
     return missing
 
 
-def _module_file(base: Path, parts: list[str], tried: list[Path]) -> Path | None:
-    """The file of module `parts` under `base`; the candidates found absent go to `tried`."""
-    candidates = [base / "__init__.py"]
+def _module_file(base: str, parts: list[str], tried: list[str],
+                 is_file: Callable[[str], bool] = os.path.isfile) -> Path | None:
+    """The file of module `parts` under the folder `base` (a normalised path); the candidates
+    found absent go to `tried`."""
     if parts:
-        target = base.joinpath(*parts)
-        candidates = [target.with_name(target.name + ".py"), target / "__init__.py"]
+        target = os.path.join(base, *parts)
+        candidates: tuple[str, ...] = (target + ".py", os.path.join(target, "__init__.py"))
+    else:
+        candidates = (os.path.join(base, "__init__.py"),)
     for candidate in candidates:
-        if candidate.is_file():
-            return candidate
+        if is_file(candidate):
+            return Path(candidate)
         tried.append(candidate)
     return None
+
 
 
 # Well-known third-party roots that are never the project's own modules.

@@ -425,6 +425,56 @@ def test_a_run_reads_each_files_stamp_once_and_the_next_run_afresh(tmp_path: Pat
         assert project.stamp(path) == (len("x = 22\n"), os.stat(path).st_mtime_ns)
 
 
+def test_a_run_lists_each_folder_once_to_resolve_imports_and_the_next_run_afresh(tmp_path: Path, monkeypatch) -> None:
+    """Within a run the candidate files of an import are looked up in their folder's listing,
+    read once; a module created after the run is found by the next one, an import of a folder
+    that is not there is witnessed by that folder."""
+    from loopcheck.lint import project as project_mod
+    from loopcheck.lint.project import steady_files
+
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    train = write(tmp_path / "train.py", "import helpers\nimport configs.base\nfrom pkg import mod\n")
+    write(tmp_path / "pkg" / "__init__.py", "")
+    write(tmp_path / "pkg" / "mod.py", "X = 1\n")
+    listed: list[str] = []
+    original = project_mod._listing
+    monkeypatch.setattr(project_mod, "_listing", lambda folder: (listed.append(folder), original(folder))[1])
+    project = Project([tmp_path])
+    with steady_files():
+        assert sorted(p.name for p in project.imports_of(train)) == ["__init__.py", "mod.py"]
+        assert project.resolve(str(train), "helpers") is None
+        absent = project._absent_imports(train)
+    assert len(listed) == len(set(listed))
+    assert str(tmp_path / "helpers.py") in absent
+    assert str(tmp_path / "configs") in absent  # the first folder missing on the way
+    write(tmp_path / "helpers.py", "def fit():\n    return 1\n")
+    project.refresh()
+    with steady_files():
+        assert project.resolve(str(train), "helpers") == tmp_path.resolve() / "helpers.py"
+
+
+def test_a_reach_question_asked_again_or_outside_an_analysis_resolves_nothing_more(tmp_path: Path, monkeypatch) -> None:
+    """The files a reach answer rests on are worked out for the analysis that records them, once:
+    checking a kept analysis (`answer`) or asking again leaves the reached modules' imports alone."""
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    train = write(tmp_path / "train.py", "from helpers import fit\n\nfit()\n")
+    write(tmp_path / "helpers.py", "from losses import ce\n\ndef fit():\n    return ce()\n")
+    write(tmp_path / "losses.py", "import torch\n\ndef ce():\n    return torch.softmax\n")
+    project = Project([tmp_path])
+    asked: list[str] = []
+    original = Project._absent_imports
+    monkeypatch.setattr(Project, "_absent_imports", lambda self, path: (asked.append(Path(path).name), original(self, path))[1])
+    with project.consulting() as reads:
+        assert project.reach_mentions(train, ("softmax",)) is True
+        assert sorted(asked) == ["helpers.py", "losses.py", "train.py"]
+        assert project.reach_mentions(train, ("softmax",)) is True
+    assert len(asked) == 3
+    assert {Path(p).name for p in reads.sources} >= {"train.py", "helpers.py", "losses.py"}
+    question = next(q for q in reads.facts if q[0] == "reach")
+    assert project.answer(*question) is True
+    assert len(asked) == 3
+
+
 def test_a_project_kept_across_checks_sees_a_module_saved_in_between(tmp_path: Path) -> None:
     """As the language server and `--watch` keep it: a file saved on disk between two checks is
     read again in the second."""
