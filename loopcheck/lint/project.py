@@ -324,6 +324,10 @@ class Project:
         generator-based context manager)."""
         return _Unrecorded(self._consulting)
 
+    def _recording(self) -> bool:
+        """Whether an analysis records what is read now (not inside `_unrecorded`)."""
+        return bool(self._consulting) and self._consulting[-1] is not _DISCARDED
+
     def _note(self, path: Path | str) -> None:
         if self._consulting:
             self._consulting[-1].files[os.path.abspath(path)] = None
@@ -604,7 +608,7 @@ class Project:
         asking depends on which files those are and on every part of each (it reads their code,
         not the comments between their functions)."""
         found = list(self._holding(word))
-        if self._consulting:
+        if self._recording():  # every part of each file: not worked out for reads nobody keeps
             root = str(self.roots[0]) if self.roots else ""
             self._consulting[-1].facts[("mentioning", root, word)] = list(found)  # a list: kept as JSON
             for name in found:
@@ -816,7 +820,7 @@ class Project:
         reads = self._consulting[-1] if self._consulting else None
         # the files the answer rests on, for an analysis that records them and has not yet: a
         # question asked again, or asked while checking a kept analysis, needs none of them
-        sourced = reads is not None and reads is not _DISCARDED and key not in reads.sources
+        sourced = self._recording() and key not in reads.sources  # type: ignore[union-attr]
         with self._unrecorded():  # the answer is what the asking analysis depends on
             self._settle_edits()
             known = self._mentions.setdefault(words, {})

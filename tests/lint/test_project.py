@@ -475,6 +475,25 @@ def test_a_reach_question_asked_again_or_outside_an_analysis_resolves_nothing_mo
     assert len(asked) == 3
 
 
+def test_files_mentioning_a_word_split_into_parts_only_for_an_analysis_that_records_them(tmp_path: Path, monkeypatch) -> None:
+    """What the project saves is derived from every file mentioning `save`; checking a kept
+    analysis asks for it again (`answer`), which must not work out every part of those files
+    for reads nobody keeps. An analysis asking itself depends on every part of each."""
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    write(tmp_path / "ckpt.py", "import torch\n\ndef keep(state, path):\n    torch.save(state, path)\n")
+    write(tmp_path / "train.py", "from ckpt import keep\n\nkeep({'w': 1}, 'last.pt')  # save\n")
+    project = Project([tmp_path])
+    split: list[str] = []
+    original = Project._parts_of
+    monkeypatch.setattr(Project, "_parts_of", lambda self, path: (split.append(Path(path).name), original(self, path))[1])
+    digest = project.answer("derived", str(tmp_path.resolve()), "saved_files")
+    assert digest is not None and split == []
+    with project.consulting() as reads:
+        assert sorted(Path(f).name for f in project.files_mentioning("save")) == ["ckpt.py", "train.py"]
+    assert sorted(set(split)) == ["ckpt.py", "train.py"]
+    assert {Path(q[1]).name for q in reads.facts if q[0] == "parts"} == {"ckpt.py", "train.py"}
+
+
 def test_a_project_kept_across_checks_sees_a_module_saved_in_between(tmp_path: Path) -> None:
     """As the language server and `--watch` keep it: a file saved on disk between two checks is
     read again in the second."""
