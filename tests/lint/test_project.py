@@ -25,6 +25,18 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def calls_to(monkeypatch, owner: object, name: str) -> list[str]:
+    """Patch `owner.name` to note the path each call is given (its last argument)."""
+    seen: list[str] = []
+    original = getattr(owner, name)
+
+    def noted(*args):
+        seen.append(str(args[-1]))
+        return original(*args)
+    monkeypatch.setattr(owner, name, noted)
+    return seen
+
+
 @pytest.fixture(autouse=True)
 def fresh_projects():
     engine._PROJECTS.clear()
@@ -436,9 +448,7 @@ def test_a_run_lists_each_folder_once_to_resolve_imports_and_the_next_run_afresh
     train = write(tmp_path / "train.py", "import helpers\nimport configs.base\nfrom pkg import mod\n")
     write(tmp_path / "pkg" / "__init__.py", "")
     write(tmp_path / "pkg" / "mod.py", "X = 1\n")
-    listed: list[str] = []
-    original = project_mod._listing
-    monkeypatch.setattr(project_mod, "_listing", lambda folder: (listed.append(folder), original(folder))[1])
+    listed = calls_to(monkeypatch, project_mod, "_listing")
     project = Project([tmp_path])
     with steady_files():
         assert sorted(p.name for p in project.imports_of(train)) == ["__init__.py", "mod.py"]
@@ -461,12 +471,10 @@ def test_a_reach_question_asked_again_or_outside_an_analysis_resolves_nothing_mo
     write(tmp_path / "helpers.py", "from losses import ce\n\ndef fit():\n    return ce()\n")
     write(tmp_path / "losses.py", "import torch\n\ndef ce():\n    return torch.softmax\n")
     project = Project([tmp_path])
-    asked: list[str] = []
-    original = Project._absent_imports
-    monkeypatch.setattr(Project, "_absent_imports", lambda self, path: (asked.append(Path(path).name), original(self, path))[1])
+    asked = calls_to(monkeypatch, Project, "_absent_imports")
     with project.consulting() as reads:
         assert project.reach_mentions(train, ("softmax",)) is True
-        assert sorted(asked) == ["helpers.py", "losses.py", "train.py"]
+        assert sorted(Path(p).name for p in asked) == ["helpers.py", "losses.py", "train.py"]
         assert project.reach_mentions(train, ("softmax",)) is True
     assert len(asked) == 3
     assert {Path(p).name for p in reads.sources} >= {"train.py", "helpers.py", "losses.py"}
@@ -483,14 +491,12 @@ def test_files_mentioning_a_word_split_into_parts_only_for_an_analysis_that_reco
     write(tmp_path / "ckpt.py", "import torch\n\ndef keep(state, path):\n    torch.save(state, path)\n")
     write(tmp_path / "train.py", "from ckpt import keep\n\nkeep({'w': 1}, 'last.pt')  # save\n")
     project = Project([tmp_path])
-    split: list[str] = []
-    original = Project._parts_of
-    monkeypatch.setattr(Project, "_parts_of", lambda self, path: (split.append(Path(path).name), original(self, path))[1])
+    split = calls_to(monkeypatch, Project, "_parts_of")
     digest = project.answer("derived", str(tmp_path.resolve()), "saved_files")
     assert digest is not None and split == []
     with project.consulting() as reads:
         assert sorted(Path(f).name for f in project.files_mentioning("save")) == ["ckpt.py", "train.py"]
-    assert sorted(set(split)) == ["ckpt.py", "train.py"]
+    assert sorted({Path(p).name for p in split}) == ["ckpt.py", "train.py"]
     assert {Path(q[1]).name for q in reads.facts if q[0] == "parts"} == {"ckpt.py", "train.py"}
 
 
