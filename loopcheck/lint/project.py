@@ -116,6 +116,7 @@ def _listing(folder: str) -> dict[str, int]:
         pass
     return found
 
+
 class _PerRun:
     """`compute(path)` asked once per run (`steady_files`) for each path as asked, afresh in the
     next run; asked every time outside a run."""
@@ -255,6 +256,7 @@ class Project:
         return self._listings(folder).get(name) == _FILE
 
     def _is_dir(self, path: str) -> bool:
+        """Whether `path` is a folder, read from its parent's listing as `_is_file` is."""
         folder, name = os.path.split(path)
         if not (_STEADY and name):
             return os.path.isdir(path)
