@@ -248,19 +248,19 @@ class Project:
         return missing or path
 
     def _is_file(self, path: str) -> bool:
-        """Whether `path` is a file, read from its folder's listing (one per folder and run:
-        resolving a project's imports tries a few candidate names in the same folders)."""
-        if not _STEADY:
-            return os.path.isfile(path)
-        folder, name = os.path.split(path)
-        return self._listings(folder).get(name) == _FILE
+        return self._listed_as(path, _FILE, os.path.isfile)
 
     def _is_dir(self, path: str) -> bool:
-        """Whether `path` is a folder, read from its parent's listing as `_is_file` is."""
+        return self._listed_as(path, _FOLDER, os.path.isdir)
+
+    def _listed_as(self, path: str, kind: int, ask: Callable[[str], bool]) -> bool:
+        """Whether `path` is of `kind`, read from its folder's listing during a run (one listing
+        per folder and run: resolving a project's imports tries a few candidate names in the
+        same folders); `ask`ed of the file system outside a run."""
         folder, name = os.path.split(path)
         if not (_STEADY and name):
-            return os.path.isdir(path)
-        return self._listings(folder).get(name) == _FOLDER
+            return ask(path)
+        return self._listings(folder).get(name) == kind
 
     def _find(self, folder: str, module: str, level: int, tried: list[str]) -> Path | None:
         parts = [p for p in module.split(".") if p] if module else []
@@ -822,7 +822,7 @@ class Project:
         reads = self._consulting[-1] if self._consulting else None
         # the files the answer rests on, for an analysis that records them and has not yet: a
         # question asked again, or asked while checking a kept analysis, needs none of them
-        sourced = self._recording() and key not in reads.sources  # type: ignore[union-attr]
+        sourced = self._recording() and key not in self._consulting[-1].sources
         with self._unrecorded():  # the answer is what the asking analysis depends on
             self._settle_edits()
             known = self._mentions.setdefault(words, {})
@@ -995,7 +995,7 @@ def _cwd() -> Path:
     return _CWD[0][1]
 
 
-def _first_missing(folder: str, is_dir: Callable[[str], bool] = os.path.isdir) -> str:
+def _first_missing(folder: str, is_dir: Callable[[str], bool]) -> str:
     """The outermost folder on the way to `folder` that is not there ('' when `folder` is)."""
     missing = ""
     while not is_dir(folder) and os.path.dirname(folder) != folder:
@@ -1003,8 +1003,7 @@ def _first_missing(folder: str, is_dir: Callable[[str], bool] = os.path.isdir) -
     return missing
 
 
-def _module_file(base: str, parts: list[str], tried: list[str],
-                 is_file: Callable[[str], bool] = os.path.isfile) -> Path | None:
+def _module_file(base: str, parts: list[str], tried: list[str], is_file: Callable[[str], bool]) -> Path | None:
     """The file of module `parts` under the folder `base` (a normalised path); the candidates
     found absent go to `tried`."""
     if parts:
