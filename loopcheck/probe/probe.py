@@ -117,6 +117,7 @@ class Probe:
         self._detector_classes = list(detectors) if detectors is not None else default_detectors()
         self._lean = False  # see `_set_lean`
         self._full: list[bool] = []  # per optimizer: whether its coming step is a full one, not lean
+        self._watching: list[bool] = []  # per optimizer: whether its coming step is watched (`watched`)
         self._new_detectors()
         self._set_lean()
 
@@ -143,6 +144,7 @@ class Probe:
             if not cls.codes or any(self.config.wants(c) for c in cls.codes)
         ]
         self._calls: dict[str, tuple[tuple[Detector, Callable[..., Any]], ...]] = {}
+        self._methods: dict[str, list[tuple[Detector, Callable[..., Any]]]] = {}  # see `_rebuild_calls`
         self._rebuild_calls()
 
     def watch(self, *, models: Sequence[nn.Module] = (), optimizers: Sequence[Optimizer] = (),
@@ -313,9 +315,9 @@ class Probe:
             # A hook nobody listens to still costs every forward pass. Hooks find their model's
             # index at call time: `watch` may renumber the models.
             if self._full_calls["on_forward_pre"]:
-                hooks.enter_context(root.register_forward_pre_hook(self._forward_pre_hook(root)))
+                hooks.enter_context(root.register_forward_pre_hook(self._root_hook(root, "on_forward_pre")))
             if self._full_calls["on_forward"]:
-                hooks.enter_context(root.register_forward_hook(self._forward_hook(root)))
+                hooks.enter_context(root.register_forward_hook(self._root_hook(root, "on_forward")))
         for opt in self.optimizers:
             if id(opt) in done:
                 continue
@@ -338,24 +340,16 @@ class Probe:
         self.hooks.callback(MethodPatch(cls, name, make).restore)
 
     # Hooks and wrappers -----------------------------------------------------------------
-    def _forward_pre_hook(self, root: nn.Module) -> Callable[..., None]:
+    def _root_hook(self, root: nn.Module, event: str) -> Callable[..., None]:
+        """A probed model's forward pre-hook (`on_forward_pre`, given the arguments) or forward hook
+        (`on_forward`, given the output)."""
         key = id(root)
 
-        def hook(module: nn.Module, args: Any) -> None:
+        def hook(module: nn.Module, *passed: Any) -> None:
             if self.live:
                 i = self.root_index.get(key)
                 if i is not None:
-                    self._dispatch("on_forward_pre", i, module, args)
-        return own(hook)
-
-    def _forward_hook(self, root: nn.Module) -> Callable[..., None]:
-        key = id(root)
-
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if self.live:
-                i = self.root_index.get(key)
-                if i is not None:
-                    self._dispatch("on_forward", i, module, output)
+                    self._dispatch(event, i, module, passed[-1])  # the arguments, or the output after them
         return own(hook)
 
     def _step_pre_hook(self, opt: Optimizer) -> Callable[..., Any]:
@@ -495,7 +489,9 @@ class Probe:
     def _take_losses(self, i: int) -> None:
         losses, self._pending_losses = self._pending_losses, []
         loss: Any
-        if losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
+        if len(losses) == 1 and self.readings.on_cpu and losses[0].is_cpu:  # the usual CPU step
+            loss = losses[0].item()
+        elif losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
             # read now (no synchronisation on the CPU), and the graphs let go
             loss = _total(losses)
         else:
@@ -603,9 +599,8 @@ class Probe:
         those checks look for last for many steps (a missing reset, graphs kept alive, a norm
         level), so one step in a few finds them; the first steps of each optimizer are all looked at.
         """
-        applied = self._applied
-        n = (applied[i] if i < len(applied) else 0) + 1  # no optimizer known yet (discovery): its first step
-        return _watched_step(n, self.config.check_every)
+        watching = self._watching  # judged after each step (`_set_lean`)
+        return watching[i] if i < len(watching) else True  # no optimizer known yet (discovery): its first step
 
     def grad_norms(self, i: int) -> "StepNorms":
         """Per-parameter gradient norms of optimizer `i` at this step, on the device (no sync).
@@ -639,22 +634,24 @@ class Probe:
         if cached is not None and cached[0] == self._serial:
             return cached[1]
         params = self.opt_params[i]
-        positions, grads = [], []
+        on_cpu = self.readings.on_cpu
+        positions, values = [], []
         for j in self._small_positions[i]:
             g = params[j].grad
             if g is not None and not g.is_sparse:
                 positions.append(j)
-                grads.append(g)
-        return self._queue_norms(i, grads, positions, exact=False)
+                if on_cpu:  # only their finiteness counts: a sum each is cheaper than a fused norm call
+                    g = g.sum() if g.dtype is torch.float32 else finite_probe_value(g)
+                values.append(g)
+        if not on_cpu:
+            return self._queue_norms(i, values, positions, exact=False)
+        result = StepNorms(values, positions, self.readings.add(values), False)
+        self._norms[i] = (self._serial, result)
+        return result
 
     def _queue_norms(self, i: int, grads: list[torch.Tensor], positions: list[int], exact: bool) -> "StepNorms":
         """The norms of `grads` (one fused call), queued in `readings`: this step's, until the next."""
-        if not grads:
-            norms = []
-        elif exact or not self.readings.on_cpu:
-            norms = fused_norms(grads)
-        else:  # only their finiteness counts: a sum each is cheaper than a fused norm call on the CPU
-            norms = [g.sum() if g.dtype is torch.float32 else finite_probe_value(g) for g in grads]
+        norms = fused_norms(grads) if grads else []
         result = StepNorms(norms, positions, self.readings.add(norms), exact)
         self._norms[i] = (self._serial, result)
         return result
@@ -701,11 +698,13 @@ class Probe:
         """Who gets each hook method, on every step and on lean ones (see `_set_lean`); only `hook`'s
         when given (`listen`, which runs often)."""
         names = _HOOKS if hook is None else (hook,)
+        if hook is None:  # each detector's own hook methods, looked up here only
+            self._methods = {name: [(det, getattr(det, name)) for det in self.detectors
+                                    if getattr(type(det), name) is not getattr(Detector, name)] for name in _HOOKS}
         # New mappings, not updates: a dispatch running now keeps the tuple it started with.
         full = {} if hook is None else dict(self._full_calls)
         for name in names:
-            full[name] = tuple((det, getattr(det, name)) for det in self.detectors
-                               if det.enabled and name in _overrides(type(det)) and name not in det.idle)
+            full[name] = tuple((det, fn) for det, fn in self._methods[name] if det.enabled and name not in det.idle)
         if "on_step" in names:  # the steps of the other optimizers go only to the detectors that count them too
             names = (*names, "on_step_others")
             full["on_step_others"] = tuple((det, fn) for det, fn in full["on_step"] if not det.first_optimizer_steps)
@@ -715,7 +714,8 @@ class Probe:
             lean[name] = tuple((det, fn) for det, fn in full[name] if base not in det.watched_only)
         self._full_calls, self._lean_calls = full, lean
         self._calls = lean if self._lean else full
-        self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
+        if hook is None:
+            self._norms_wanted = any(det.enabled and det.wants_norms for det in self.detectors)
 
     def _set_lean(self, i: int | None = None) -> None:
         """Between two steps that neither the sampled checks look at nor precede a sample (see
@@ -728,13 +728,15 @@ class Probe:
         config, applied = self.config, self._applied
         if i is None:
             self._full = [False] * len(applied)
+            self._watching = [False] * len(applied)
             indices: Any = range(len(applied))
         else:
             indices = (i,)
-        full = self._full
+        full, watching = self._full, self._watching
         for j in indices:
             coming = applied[j] + 1
-            full[j] = _watched_step(coming, config.check_every) or coming % config.every == 0
+            watching[j] = _watched_step(coming, config.check_every)
+            full[j] = watching[j] or coming % config.every == 0
         lean = bool(full) and not any(full)
         if lean is not self._lean:
             self._lean = lean
@@ -841,17 +843,6 @@ class Probe:
                 print_summary(self)
 
 
-_OVERRIDES: dict[type, tuple[str, ...]] = {}
-
-
-def _overrides(cls: type) -> tuple[str, ...]:
-    """The hook methods a detector class overrides (looked up once per class: `listen` rebuilds often)."""
-    names = _OVERRIDES.get(cls)
-    if names is None:
-        names = _OVERRIDES[cls] = tuple(n for n in _HOOKS if getattr(cls, n) is not getattr(Detector, n))
-    return names
-
-
 def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
     def __getstate__(module: nn.Module) -> Any:
         return without_own_hooks(original(module))
@@ -882,7 +873,7 @@ class StepNorms(NamedTuple):
     of its small gradients only (`Probe.grad_checks`)."""
 
     # 0-d tensors on the device: float32 L2 norms when `exact`; else only their finiteness counts
-    # (on the CPU they are plain sums, see `_queue_norms`)
+    # (on the CPU they are plain sums, see `grad_checks`)
     values: list[torch.Tensor]
     positions: list[int]  # the positions in `opt_params[i]` they cover
     read: slice  # where they sit in `Probe.readings`

@@ -32,10 +32,7 @@ class RobustLevel:
     def median(self) -> float | None:
         if not self.values:
             return None
-        return math.exp(self._median())
-
-    def _median(self) -> float:
-        return _middle(self._sorted)
+        return math.exp(_middle(self._sorted))
 
     def push(self, value: float) -> float | None:
         """Add a value; return the rolling median it is a spike against, or None."""
@@ -44,7 +41,7 @@ class RobustLevel:
         x = math.log(value)
         verdict = None
         if len(self.values) >= self.warmup:
-            med = self._median()
+            med = _middle(self._sorted)
             # the deviation (a sort) is only needed for a value already `ratio` above the median
             if x - med > self.log_ratio and x - med > self.z * 1.4826 * _median([abs(v - med) for v in self.values]):
                 verdict = math.exp(med)

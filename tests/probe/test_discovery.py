@@ -188,6 +188,35 @@ def test_gan_two_models_two_optimizers():
     assert probe.findings == []
 
 
+def test_which_steps_are_watched_follows_each_optimizer_also_one_found_mid_run():
+    """Each optimizer's first 8 steps are watched, then one in `check_every`, counted per optimizer,
+    also for an optimizer that discovery finds after the first one has stepped."""
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(4, 6), nn.Linear(6, 1)
+    opt_d = torch.optim.SGD(disc.parameters(), lr=1e-2)
+    seen: list[tuple[int, bool, bool]] = []
+    with quiet(check_every=3) as probe:
+        for k in range(30):
+            if k == 11:
+                opt_g = torch.optim.SGD(gen.parameters(), lr=1e-2)
+                assert probe.watched(1)  # not known yet: its first step
+            fake = gen(torch.randn(8, 4))
+            opt_d.zero_grad()
+            disc(fake.detach()).pow(2).mean().backward()
+            opt_d.step()
+            if k >= 11:
+                opt_g.zero_grad()
+                disc(fake).mean().backward()
+                opt_g.step()
+                seen.append((k, probe.watched(0), probe.watched(1)))
+    assert len(probe.optimizers) == 2
+
+    def rule(n: int) -> bool:  # whether an optimizer's n-th step is watched
+        return n <= 8 or n % 3 == 0
+
+    assert seen == [(k, rule(k + 2), rule(k - 9)) for k in range(11, 30)]
+
+
 def test_frozen_and_no_grad_models_are_not_watched():
     torch.manual_seed(0)
     teacher = nn.Linear(16, 4).requires_grad_(False)

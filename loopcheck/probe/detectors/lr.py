@@ -113,7 +113,9 @@ class LRDetector(Detector):
 
     # Optimizer side -----------------------------------------------------------------------
     def on_step_pre(self, index: int, optimizer: Any) -> None:
-        lrs = [_lr(g) for g in optimizer.param_groups]
+        groups = optimizer.param_groups
+        lr = groups[0].get("lr") if len(groups) == 1 else None
+        lrs = [lr] if type(lr) is float else [_lr(g) for g in groups]  # the usual optimizer, kept short
         unchanged = lrs == self._last_lrs[index]
         self._last_lrs[index] = lrs
         self._attempt(index)
