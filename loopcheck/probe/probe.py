@@ -406,8 +406,7 @@ class Probe:
             norms = self.grad_norms(i) if self._norms_wanted and self.watched(i) else None
             self.steps.append(StepRecord(self.step + 1, i, self.loss_read[i], norms))
             self._dispatch("on_step_pre", i, optimizer)
-            self.readings.seal()
-            self._sentinel()
+            self._sentinel()  # seals the step's values, then judges them
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)

@@ -184,7 +184,9 @@ class Readings:
         """Stack the values queued so far into one vector (no host sync) and let the scalars go."""
         if self._open:
             if self.on_cpu:
-                values = [v if type(v) is float else v.item() for v in self._open]
+                values = []
+                for v in self._open:  # (a loop, not a comprehension: one call less at every step)
+                    values.append(v if type(v) is float else v.item())
                 self._parts.append(values)
                 # judged now: the sentinel of a CPU run only asks whether one of them was not finite
                 if not math.isfinite(sum(values)) and not all(map(math.isfinite, values)):
@@ -195,7 +197,8 @@ class Readings:
 
     def tripped(self, combine: Callable[[torch.Tensor], None] | None = None,
                 device: torch.device | None = None) -> bool:
-        """The per-step sentinel: whether a value sealed since the last call is NaN/Inf, without a sync.
+        """The per-step sentinel: whether a value queued since the last call is NaN/Inf, without a sync
+(the queue is sealed first).
 
         On the CPU the new values are checked at once, as host floats (a sum, and only when that is
         not finite an element-wise test). On CUDA their verdict is
@@ -207,6 +210,7 @@ class Readings:
         step; on CUDA each verdict is then read exactly `_LAG` steps later on every rank, waiting
         for its event if the device is that far behind.
         """
+        self.seal()
         if combine is None and self.on_cpu:  # every part is host floats, judged as it was sealed
             self._watched = len(self._parts)
             self._steps += 1

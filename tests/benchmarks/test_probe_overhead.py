@@ -3,6 +3,8 @@ never judged here: the numbers are the benchmark's to report)."""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import re
 import subprocess
 import sys
@@ -87,3 +89,34 @@ def test_inside_against_a_revision_prints_both_versions_and_their_difference():
     assert [line.split()[:2] for line in lines if re.match(r"(mlp|gan) +\S+ +step .* inside ", line)] == [
         ["mlp", "this"], ["mlp", "HEAD"], ["gan", "this"], ["gan", "HEAD"]]
     assert [line.split()[0] for line in lines if re.search(r"difference [+-][\d.]+ us per step", line)] == ["mlp", "gan"]
+
+
+def test_blocks_with_fewer_detectors_or_other_options_say_it_is_not_the_default():
+    done = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--processes", "1", "--detectors", "none",
+                           "--option", "localize=false"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "not in the default configuration" in done.stdout.splitlines()[-1]
+
+
+def test_the_probe_settings_given_reach_the_probe_as_it_takes_them(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    bench = importlib.import_module("probe_overhead")
+    from loopcheck.probe.detectors.nonfinite import NonFiniteDetector
+
+    args = argparse.Namespace(detectors="NonFiniteDetector", option=["localize=false", "check_every=8"])
+    assert bench.probe_settings(args) == {"detectors": [NonFiniteDetector], "localize": False, "check_every": 8}
+    assert bench.probe_settings(argparse.Namespace(detectors="none", option=[])) == {"detectors": []}
+    assert bench.probe_settings(argparse.Namespace(detectors=None, option=[])) == {}
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--detectors", "NoSuchDetector"], "unknown detector(s) NoSuchDetector"),
+    (["--option", "localize=maybe"], "localize must be True or False"),
+    (["--option", "no_such_option=1"], "unknown probe option(s): no_such_option"),
+    (["--option", "localize"], "give KEY=VALUE"),
+    (["--inside", "--detectors", "none"], "block measurement only"),
+])
+def test_bad_detectors_or_options_are_refused_before_anything_runs(flags, said):
+    done = subprocess.run([sys.executable, str(SCRIPT), *TINY, *flags], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert said in done.stderr and "Traceback" not in done.stderr
