@@ -197,8 +197,8 @@ class Readings:
 
     def tripped(self, combine: Callable[[torch.Tensor], None] | None = None,
                 device: torch.device | None = None) -> bool:
-        """The per-step sentinel: whether a value queued since the last call is NaN/Inf, without a sync
-(the queue is sealed first).
+        """The per-step sentinel: whether a value queued since the last call is NaN/Inf, without a
+        sync (the queue is sealed first).
 
         On the CPU the new values are checked at once, as host floats (a sum, and only when that is
         not finite an element-wise test). On CUDA their verdict is

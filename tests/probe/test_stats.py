@@ -6,6 +6,7 @@ import math
 import random
 import statistics
 
+import pytest
 import torch
 
 from loopcheck.probe.stats import Readings, RobustLevel
@@ -71,3 +72,17 @@ def test_sealing_keeps_positions_and_frees_the_scalars():
     c = readings.add([torch.tensor(4.0, dtype=torch.float64)])
     host = readings.host()
     assert host[a] == [1.0, 2.0] and host[b] == [3.0] and host[c] == [4.0]
+
+
+@pytest.mark.parametrize("on_cpu", [True, False])
+def test_the_sentinel_judges_what_was_queued_since_its_last_call_sealed_or_not(on_cpu):
+    readings = Readings()
+    readings.on_cpu = on_cpu
+    readings.add([torch.tensor(1.0), 2.0 if on_cpu else torch.tensor(2.0)])
+    assert not readings.tripped()
+    readings.add([torch.tensor(float("nan"))])  # not sealed: the sentinel seals it
+    assert readings.tripped()
+    assert not readings.tripped()  # judged once
+    readings.add([torch.tensor(float("inf"))])
+    readings.seal()
+    assert readings.tripped()
