@@ -130,10 +130,16 @@ def probe_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     if args.detectors is not None:
         by_name = {cls.__name__: cls for cls in default_detectors()}
-        names = [] if args.detectors == "none" else [n.strip() for n in args.detectors.split(",") if n.strip()]
-        settings["detectors"] = [by_name[n] for n in names]
+        settings["detectors"] = [by_name[n] for n in detector_names(args)]
     settings.update(parse_option(item) for item in args.option)
     return settings
+
+
+def detector_names(args: argparse.Namespace) -> list[str]:
+    """The class names `--detectors` gives (none for `none`)."""
+    if args.detectors == "none":
+        return []
+    return [n.strip() for n in args.detectors.split(",") if n.strip()]
 
 
 def parse_option(item: str) -> tuple[str, Any]:
@@ -155,9 +161,9 @@ def parse_option(item: str) -> tuple[str, Any]:
 
 def check_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject unknown detectors and options before any process starts."""
-    if args.detectors is not None and args.detectors != "none":
+    if args.detectors is not None:
         known = {cls.__name__ for cls in default_detectors()}
-        unknown = [n.strip() for n in args.detectors.split(",") if n.strip() and n.strip() not in known]
+        unknown = [n for n in detector_names(args) if n not in known]
         if unknown:
             parser.error(f"--detectors: unknown detector(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
     for item in args.option:

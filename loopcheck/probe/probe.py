@@ -488,10 +488,9 @@ class Probe:
     def _take_losses(self, i: int) -> None:
         losses, self._pending_losses = self._pending_losses, []
         loss: Any
-        if len(losses) == 1 and self.readings.on_cpu and losses[0].is_cpu:  # the usual CPU step
-            loss = losses[0].item()
-        elif losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
-            # read now (no synchronisation on the CPU), and the graphs let go
+        on_cpu = losses and self.readings.on_cpu and (
+            losses[0].is_cpu if len(losses) == 1 else all(v.is_cpu for v in losses))
+        if on_cpu:  # read now (no synchronisation on the CPU), and the graphs let go
             loss = _total(losses)
         else:
             loss = _fold(losses)
@@ -616,7 +615,7 @@ class Probe:
             positions = self._all_positions[i]
         else:
             positions = [j for j, g in enumerate(every) if g is not None and not g.is_sparse]
-        return self._queue_norms(i, grads, positions, exact=True)
+        return self._queue_norms(i, fused_norms(grads) if grads else [], positions, exact=True)
 
     def grad_checks(self, i: int) -> "StepNorms":
         """Values of optimizer `i`'s gradients at this step that are NaN/Inf when a gradient is.
@@ -642,16 +641,13 @@ class Probe:
                 if on_cpu:  # only their finiteness counts: a sum each is cheaper than a fused norm call
                     g = g.sum() if g.dtype is torch.float32 else finite_probe_value(g)
                 values.append(g)
-        if not on_cpu:
-            return self._queue_norms(i, values, positions, exact=False)
-        result = StepNorms(values, positions, self.readings.add(values), False)
-        self._norms[i] = (self._serial, result)
-        return result
+        if not on_cpu and values:
+            values = fused_norms(values)
+        return self._queue_norms(i, values, positions, exact=False)
 
-    def _queue_norms(self, i: int, grads: list[torch.Tensor], positions: list[int], exact: bool) -> "StepNorms":
-        """The norms of `grads` (one fused call), queued in `readings`: this step's, until the next."""
-        norms = fused_norms(grads) if grads else []
-        result = StepNorms(norms, positions, self.readings.add(norms), exact)
+    def _queue_norms(self, i: int, values: list[torch.Tensor], positions: list[int], exact: bool) -> "StepNorms":
+        """Queue optimizer `i`'s gradient values of this step in `readings`: this step's, until the next."""
+        result = StepNorms(values, positions, self.readings.add(values), exact)
         self._norms[i] = (self._serial, result)
         return result
 

@@ -325,10 +325,8 @@ class NonFiniteDetector(Detector):
 
     # Recording (per forward / backward, no sync) --------------------------------------------
     def on_forward_pre(self, root: int, module: nn.Module, args: tuple[Any, ...]) -> None:
-        if self._holding:  # `_let_go`, inline: this runs at every forward
-            for block in self._holding:
-                block.outputs = None
-            self._holding = []
+        if self._holding:
+            self._let_go()
         self._depth += 1
         self._last = _dead  # a new forward pass: nothing before it is a child's output
         self._entered = True
@@ -369,8 +367,8 @@ class NonFiniteDetector(Detector):
                 if self._depth > 0:
                     self._depth -= 1
                 index = self._root_index[root]
-                for t in tensors:  # (`_version`, inline)
-                    self._outputs.append((t, -1 if t.is_inference() else t._version))
+                for t in tensors:
+                    self._outputs.append((t, _version(t)))
                     self._recs.append((index, _OUTPUT_HELD))  # the next forward checks for a fold
                 return
         self._root_hooks[root](module, (), output)  # the rest, as a probed model's own hook
