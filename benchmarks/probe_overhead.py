@@ -24,7 +24,10 @@ The last line gives the largest median ratio over the models, wall clock and CPU
 the target of 1.03x. `--quick` (6 block pairs, one process per model) takes about two minutes.
 `--detectors` (class names, or `none`) and `--option KEY=VALUE` run the blocks' probe with fewer
 detectors or other options, to see what each part costs; the verdict then says it is not the
-default configuration.
+default configuration. `--floor` adds blocks of the overhead floor (`floor_probe.py`: the per-step
+work the default configuration cannot skip, in plain hooks, and nothing else) to the same rounds
+(ABCCBA) and prints its ratio next to the probe's, and the difference in points: what the probe's
+design costs beyond its necessary work.
 
 `--alternate` measures something narrower and steadier: inside one probe and one process per
 model, steps alternate between the probe looking and not (ABBA), each timed by the thread's CPU
@@ -49,7 +52,7 @@ code measures up to that far apart depending on which copy is imported first.
 
     python benchmarks/probe_overhead.py [--models mlp,vae,cnn,lstm,gpt,gan] [--blocks 12]
                                         [--processes 2] [--steps 20] [--threads 1] [--system-malloc]
-                                        [--detectors NAMES] [--option KEY=VALUE ...]
+                                        [--detectors NAMES] [--option KEY=VALUE ...] [--floor]
                                         [--quick] [--alternate] [--inside] [--against REF]
 """
 
@@ -81,6 +84,7 @@ import loopcheck
 from loopcheck.probe.config import ProbeConfig, ProbeUsageError
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.probe import _FIRST_WATCHED as FIRST_WATCHED  # the first steps `Probe.watched` includes
+from floor_probe import FloorProbe
 from shapes import SHAPES, build
 
 
@@ -180,15 +184,19 @@ def measure(args: argparse.Namespace) -> dict:
     malloc = "the system's malloc, default thresholds" if args.system_malloc else fix_malloc_thresholds()
     torch.set_num_threads(args.threads)
     shape = build(args.models)
-    bare, probed = [], []
+    times: dict[str, list[tuple[float, float]]] = {"bare": [], "probe": [], "floor": []}
     clock = [0]
     warnings.simplefilter("ignore")
 
-    def block(with_probe: bool) -> tuple[float, float]:
+    def block(variant: str) -> tuple[float, float]:
         first, clock[0] = clock[0], clock[0] + args.settle + args.steps
-        if not with_probe:
+        if variant == "bare":
             run_block(shape.step, first, args.settle)
             return run_block(shape.step, first + args.settle, args.steps)
+        if variant == "floor":
+            with FloorProbe(shape.models, shape.optimizers):
+                run_block(shape.step, first, args.settle)
+                return run_block(shape.step, first + args.settle, args.steps)
         with loopcheck.probe(shape.models, shape.optimizers, scheduler=shape.scheduler,
                              **{"summary": False, **probe_settings(args)}) as probe:
             run_block(shape.step, first, args.settle)  # a fresh probe's one-time first steps
@@ -196,21 +204,20 @@ def measure(args: argparse.Namespace) -> dict:
         assert not probe.findings, probe.findings
         return elapsed
 
+    variants = ["bare", "probe"] + (["floor"] if args.floor else [])
     # Warm-up, not timed: allocator, kernels, optimizer state, and what a run pays once (imports).
-    block(False)
-    block(True)
+    for variant in variants:
+        block(variant)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for k in range(args.blocks):
-        # ABBA order: a slow drift of the shared machine affects both variants alike
-        if k % 2:
-            probed.append(block(True))
-            bare.append(block(False))
-        else:
-            bare.append(block(False))
-            probed.append(block(True))
-    steps_run = (len(bare) + len(probed)) * args.steps
+        # ABBA (ABCCBA) order: a slow drift of the shared machine affects every variant alike
+        for variant in (variants[::-1] if k % 2 else variants):
+            times[variant].append(block(variant))
+    bare = times["bare"]
+    steps_run = len(variants) * len(bare) * args.steps
     return {
-        "pairs": [(p[0], b[0], p[1], b[1]) for p, b in zip(probed, bare)],
+        "pairs": [(p[0], b[0], p[1], b[1]) for p, b in zip(times["probe"], bare)],
+        "floor": [(f[0], b[0], f[1], b[1]) for f, b in zip(times["floor"], bare)],
         "faults": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps_run,
         "malloc": malloc,
         "params": sum(p.numel() for m in shape.models for p in m.parameters()),
@@ -392,7 +399,7 @@ def run_worker(args: argparse.Namespace, model: str, *mode: str, blocks: int | N
 def in_processes(args: argparse.Namespace, model: str) -> list[dict]:
     """Split one model's blocks over fresh processes, run one after the other."""
     blocks = math.ceil(args.blocks / args.processes)
-    mode = ["--system-malloc"] if args.system_malloc else []
+    mode = (["--system-malloc"] if args.system_malloc else []) + (["--floor"] if args.floor else [])
     return [run_worker(args, model, *mode, blocks=blocks) for _ in range(args.processes)]
 
 
@@ -443,6 +450,9 @@ def main() -> None:
                              "the target's")
     parser.add_argument("--option", metavar="KEY=VALUE", action="append", default=[],
                         help="a probe option for the blocks (repeatable, e.g. localize=false, check_every=8)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time blocks of the overhead floor (benchmarks/floor_probe.py: the per-step "
+                             "work the defaults need and nothing else) in the same rounds, and print its ratio")
     parser.add_argument("--quick", action="store_true",
                         help="6 block pairs in one process per model (about two minutes in all)")
     parser.add_argument("--alternate", action="store_true",
@@ -459,8 +469,8 @@ def main() -> None:
     if args.quick:
         args.blocks, args.processes = 6, 1
     check_settings(parser, args)
-    if (args.detectors is not None or args.option) and (args.inside or args.against or args.alternate):
-        parser.error("--detectors and --option apply to the block measurement only")
+    if (args.detectors is not None or args.option or args.floor) and (args.inside or args.against or args.alternate):
+        parser.error("--detectors, --option and --floor apply to the block measurement only")
     for name in ("blocks", "processes", "steps", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
@@ -498,7 +508,8 @@ def main() -> None:
         return
     print(f"{args.threads} thread(s), {args.blocks} x {args.steps} steps per variant and model, "
           f"{args.processes} process(es) per model")
-    print(f"{'model':<6} {'params':>9} {'bare ms':>8} {'probed/bare':>11} {'95% interval':>17} {'cpu':>7}  per process")
+    print(f"{'model':<6} {'params':>9} {'bare ms':>8} {'probed/bare':>11} {'95% interval':>17} {'cpu':>7}  per process"
+          + ("  (floor/bare; probe less floor)" if args.floor else ""))
     malloc = ""
     worst: dict[str, tuple[float, str]] = {}
     started = time.perf_counter()
@@ -511,8 +522,12 @@ def main() -> None:
         ratio_cpu = statistics.median(pc / bc for _, _, pc, bc in pairs)
         step_ms = statistics.median(b for _, b, _, _ in pairs) / args.steps * 1e3
         per_process = ", ".join(f"{statistics.median(p / b for p, b, _, _ in r['pairs']):.3f}x" for r in results)
+        floor = ""
+        if args.floor:
+            floor_ratio = statistics.median(f / b for result in results for f, b, _, _ in result["floor"])
+            floor = f"  (floor {floor_ratio:.3f}x; {(statistics.median(ratios) - floor_ratio) * 100:+.1f} points)"
         print(f"{model:<6} {results[0]['params']:>9,} {step_ms:>8.2f} {statistics.median(ratios):>10.3f}x "
-              f"{low:>7.3f}x-{high:.3f}x {ratio_cpu:>6.3f}x  {per_process}", flush=True)
+              f"{low:>7.3f}x-{high:.3f}x {ratio_cpu:>6.3f}x  {per_process}{floor}", flush=True)
         for clock, ratio in (("wall", statistics.median(ratios)), ("cpu", ratio_cpu)):
             worst[clock] = max(worst.get(clock, (0.0, "")), (ratio, model))
     print(f"memory: {malloc}")
