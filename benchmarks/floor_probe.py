@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from loopcheck.probe.config import ProbeConfig
-from loopcheck.probe.probe import _FIRST_WATCHED, _SMALL
+from loopcheck.probe.probe import _SMALL, _watched_step
 from loopcheck.probe.stats import fused_norms
 
 
@@ -33,9 +33,8 @@ class FloorProbe:
         defaults = ProbeConfig()
         self.every, self.check_every = defaults.every, defaults.check_every
         self.models, self.optimizers = list(models), list(optimizers)
-        self.small = [[p for group in opt.param_groups for p in group["params"] if p.numel() < _SMALL]
-                      for opt in self.optimizers]
         self.params = [[p for group in opt.param_groups for p in group["params"]] for opt in self.optimizers]
+        self.small = [[p for p in params if p.numel() < _SMALL] for params in self.params]
         self.applied = [0] * len(self.optimizers)
         self.held: list[Any] = []
         self.losses: list[torch.Tensor] = []
@@ -80,8 +79,7 @@ class FloorProbe:
             with torch.no_grad():
                 values = [loss.item() for loss in self.losses]
                 values += [p.grad.sum().item() for p in self.small[i] if p.grad is not None]
-                coming = self.applied[i] + 1
-                if coming <= _FIRST_WATCHED or coming % self.check_every == 0:
+                if _watched_step(self.applied[i] + 1, self.check_every):
                     grads = [p.grad for p in self.params[i] if p.grad is not None]
                     if grads:
                         self.queued.extend(fused_norms(grads))

@@ -128,16 +128,13 @@ def test_bad_detectors_or_options_are_refused_before_anything_runs(flags, said):
     assert said in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_floor_probe_does_the_necessary_work_and_leaves_nothing_behind():
+def test_the_floor_probe_does_the_necessary_work_and_leaves_nothing_behind(monkeypatch):
     """It holds the model's inputs and output until the step, reads the losses and the small gradients
     there (a NaN loss trips it), queues exact norms on the watched steps, and unhooks on exit."""
     import torch
 
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from floor_probe import FloorProbe
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    FloorProbe = importlib.import_module("floor_probe").FloorProbe
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     backward = torch.autograd.backward
