@@ -3,11 +3,11 @@
 `FloorProbe` watches a loop the way the default configuration must at the least, with plain
 closures and no detectors: it holds each probed model's inputs and output until the optimizer
 step (what a NaN/Inf is localised with at the step where it appears), keeps each backward's loss,
-and at each optimizer step reads the losses and one sum of each small gradient (under 4096
+and at each optimizer step reads the losses and the sum of the earliest small gradient (under 4096
 values) and tests them for NaN/Inf (the per-step sentinel). On the steps the default `check_every`
-picks (each optimizer's first 8 and every 4th) it queues exact per-parameter gradient norms in
-one fused call, read with everything else every `every` steps. It reports nothing and changes
-nothing.
+picks (each optimizer's first 8, then one in 4 to 16 as the norms' measured cost asks, see
+`loopcheck.probe.cadence`) it queues exact per-parameter gradient norms in one fused call, read
+with everything else every `every` steps. It reports nothing and changes nothing.
 
 `probe_overhead.py --floor` times it next to the real probe, in the same rounds: the probe's
 ratio less the floor's is what the probe's design costs beyond its defaults' necessary work.
@@ -16,13 +16,15 @@ ratio less the floor's is what the probe's design costs beyond its defaults' nec
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Sequence
 
 import torch
 from torch import nn
 
+from loopcheck.probe.cadence import Cadence, watched_step
 from loopcheck.probe.config import ProbeConfig
-from loopcheck.probe.probe import _SMALL, _watched_step
+from loopcheck.probe.probe import _SMALL
 from loopcheck.probe.stats import fused_norms
 
 
@@ -31,10 +33,10 @@ class FloorProbe:
 
     def __init__(self, models: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
         defaults = ProbeConfig()
-        self.every, self.check_every = defaults.every, defaults.check_every
+        self.every, self.cadence = defaults.every, Cadence(defaults.check_every)
         self.models, self.optimizers = list(models), list(optimizers)
         self.params = [[p for group in opt.param_groups for p in group["params"]] for opt in self.optimizers]
-        self.small = [[p for p in params if p.numel() < _SMALL] for params in self.params]
+        self.small = [[p for p in params if p.numel() < _SMALL][:1] for params in self.params]
         self.applied = [0] * len(self.optimizers)
         self.held: list[Any] = []
         self.losses: list[torch.Tensor] = []
@@ -78,11 +80,16 @@ class FloorProbe:
         def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             with torch.no_grad():
                 values = [loss.item() for loss in self.losses]
-                values += [p.grad.sum().item() for p in self.small[i] if p.grad is not None]
-                if _watched_step(self.applied[i] + 1, self.check_every):
+                if watched_step(self.applied[i] + 1, self.cadence.check_every):
                     grads = [p.grad for p in self.params[i] if p.grad is not None]
                     if grads:
-                        self.queued.extend(fused_norms(grads))
+                        start = time.perf_counter()
+                        norms = fused_norms(grads)
+                        self.cadence.timed(time.perf_counter() - start)
+                        self.queued.extend(norms)
+                        values.append(torch.stack(norms).sum().item())  # the sentinel reads them too
+                else:
+                    values += [p.grad.sum().item() for p in self.small[i] if p.grad is not None]
             self.losses.clear()
             self.held.clear()
             if not math.isfinite(sum(values)):
@@ -93,6 +100,7 @@ class FloorProbe:
         def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             self.applied[i] += 1
             if i == 0 and self.applied[0] % self.every == 0:
+                self.cadence.retune(sum(self.applied))
                 self._read()
         return hook
 

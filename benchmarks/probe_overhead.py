@@ -83,7 +83,7 @@ import torch
 import loopcheck
 from loopcheck.probe.config import ProbeConfig, ProbeUsageError
 from loopcheck.probe.detectors import default_detectors
-from loopcheck.probe.probe import _FIRST_WATCHED as FIRST_WATCHED  # the first steps `Probe.watched` includes
+from loopcheck.probe.cadence import FIRST_WATCHED  # the first steps `Probe.watched` includes
 from floor_probe import FloorProbe
 from shapes import SHAPES, build
 
@@ -156,6 +156,8 @@ def parse_option(item: str) -> tuple[str, Any]:
             return key, flags.get(text.lower(), text)
         if isinstance(default, int):
             return key, int(text)
+        if default is None and key:  # an option whose default is chosen at run time (check_every)
+            return key, None if text.lower() == "none" else int(text)
         if isinstance(default, float):
             return key, float(text)
     except ValueError:

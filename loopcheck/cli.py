@@ -181,7 +181,7 @@ def run_command(
     every: Optional[int] = typer.Option(None, "--every", min=1, help="Read device statistics every N optimizer steps."),
     check_every: Optional[int] = typer.Option(
         None, "--check-every", min=1,
-        help="Measure every gradient (norms, resets, graph marks) on one optimizer step in N (default 4; 1: every step).",
+        help="Measure every gradient (norms, resets, graph marks) on one optimizer step in N (default 4, on the CPU up to 16 as their cost asks; 1: every step).",
     ),
     ignore: Optional[str] = typer.Option(None, "--ignore", help="LP codes or prefixes to leave out, comma-separated."),
 ) -> None:

@@ -18,9 +18,10 @@ class ProbeConfig:
     every: int = 20
     # The checks that need not look at every step run on one optimizer step in `check_every` (and
     # on each of the first steps): exact gradient norms (LP101/LP102; NaN/Inf is looked for in the
-    # small gradients at every step), gradient-reset tracking (LP403) and graph marks (LP202). The
-    # loss, modes, LR and data wait are looked at every step.
-    check_every: int = 4
+    # loss and the earliest small gradient at every step), gradient-reset tracking (LP403) and graph
+    # marks (LP202). The loss, modes, LR and data wait are looked at every step. None: 4, or on the
+    # CPU up to 16 where the norms' measured cost asks for it (`loopcheck.probe.cadence`).
+    check_every: int | None = None
     # Robust rolling level (median / MAD) for gradient-norm and loss spikes, in measurements (the
     # loss is measured at every step, gradient norms at the steps `check_every` picks).
     window: int = 100
@@ -72,6 +73,9 @@ class ProbeConfig:
             default = known[name].default
             if name == "ignore":
                 value = _codes(value)
+            elif name == "check_every":
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                    raise ProbeUsageError(f"probe option check_every must be a positive integer or None, not {value!r}")
             elif isinstance(default, bool):
                 if not isinstance(value, bool):
                     raise ProbeUsageError(f"probe option {name} must be True or False, not {value!r}")

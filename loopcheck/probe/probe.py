@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -26,6 +27,7 @@ from loopcheck.errors import ProbeError, ProbeUsageError
 from loopcheck.findings import Finding
 from loopcheck.probe import distributed, lifecycle
 from loopcheck.probe.adapters.accelerate import inner_optimizer, inner_scheduler
+from loopcheck.probe.cadence import Cadence, watched_step
 from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
@@ -75,6 +77,7 @@ class Probe:
             raise ProbeUsageError(f"on_finding must be one of {', '.join(_ON_FINDING)}, not {on_finding!r}")
         self.on_finding = on_finding
         self.config = ProbeConfig.from_options(options)
+        self.cadence = Cadence(self.config.check_every)
         self.discover = bool(discover)
         self.readings = Readings()
         self._set_objects(
@@ -216,6 +219,8 @@ class Probe:
                         self.param_names[id(p)] = ".".join(x for x in (prefix, name, pname) if x)
                         self.param_module[id(p)] = qual
         self.readings.on_cpu = not self.off_cpu
+        if self.off_cpu:
+            self.cadence.on_accelerator()
         self.root_index = {id(m): i for i, m in enumerate(self.models)}
         self.opt_index = {id(o): i for i, o in enumerate(self.optimizers)}
         self.opt_params: list[list[torch.Tensor]] = []
@@ -453,6 +458,8 @@ class Probe:
             self._set_lean(i)
             self._dispatch("on_step" if i == 0 else "on_step_others", i, optimizer)
             if i == 0 and self.step % self.config.every == 0:
+                if self.cadence.tuned:
+                    self.cadence.retune(self._serial)
                 self._sample(final=False)
         return hook
 
@@ -615,16 +622,25 @@ class Probe:
             positions = self._all_positions[i]
         else:
             positions = [j for j, g in enumerate(every) if g is not None and not g.is_sparse]
-        return self._queue_norms(i, fused_norms(grads) if grads else [], positions, exact=True)
+        if not grads:
+            return self._queue_norms(i, [], positions, exact=True)
+        if self.cadence.tuned:  # on the CPU the fused call is synchronous: its time is its cost
+            start = time.perf_counter()
+            values = fused_norms(grads)
+            self.cadence.timed(time.perf_counter() - start)
+        else:
+            values = fused_norms(grads)
+        return self._queue_norms(i, values, positions, exact=True)
 
     def grad_checks(self, i: int) -> "StepNorms":
         """Values of optimizer `i`'s gradients at this step that are NaN/Inf when a gradient is.
 
-        On a watched step the norms of all of them. On the others a value of each small one only
-        (biases, normalisation weights: well under a percent of the values): a NaN/Inf flowing
-        backward through a layer reaches the gradient of its bias, or of a normalisation below it,
-        so the small gradients see it at this step for the cost of a call; one confined to a large
-        weight's gradient shows at the next watched step, or in the next step's forward pass.
+        On a watched step the norms of all of them. On the others a value of the earliest small one
+        (in the optimizer's order, usually the model's first bias or normalisation weight): a NaN/Inf
+        born anywhere in backward flows down to the layers that ran before it, so the first layer's
+        small gradient sees it at this step for the cost of one call. One that does not reach it (a
+        branch beside the first layer, a fault confined to one weight's gradient) is applied, and
+        the next step finds the weight non-finite, or the next watched step reads the gradient.
         """
         if self.watched(i):
             return self.grad_norms(i)
@@ -632,18 +648,15 @@ class Probe:
         if cached is not None and cached[0] == self._serial:
             return cached[1]
         params = self.opt_params[i]
-        on_cpu = self.readings.on_cpu
-        positions, values = [], []
         for j in self._small_positions[i]:
             g = params[j].grad
             if g is not None and not g.is_sparse:
-                positions.append(j)
-                if on_cpu:  # only their finiteness counts: a sum each is cheaper than a fused norm call
-                    g = g.sum() if g.dtype is torch.float32 else finite_probe_value(g)
-                values.append(g)
-        if not on_cpu and values:
-            values = fused_norms(values)
-        return self._queue_norms(i, values, positions, exact=False)
+                if self.readings.on_cpu:  # only its finiteness counts: a sum is cheaper than a norm
+                    value = g.sum() if g.dtype is torch.float32 else finite_probe_value(g)
+                else:
+                    value = fused_norms([g])[0]
+                return self._queue_norms(i, [value], [j], exact=False)
+        return self._queue_norms(i, [], [], exact=False)
 
     def _queue_norms(self, i: int, values: list[torch.Tensor], positions: list[int], exact: bool) -> "StepNorms":
         """Queue optimizer `i`'s gradient values of this step in `readings`: this step's, until the next."""
@@ -720,7 +733,7 @@ class Probe:
         Each optimizer's coming step is judged once, when it stepped (`i`), or every one when the
         set of optimizers changed: this runs after every step, with the caches cold, where each
         further call costs microseconds."""
-        config, applied = self.config, self._applied
+        config, applied, check_every = self.config, self._applied, self.cadence.check_every
         if i is None:
             self._full = [False] * len(applied)
             self._watching = [False] * len(applied)
@@ -730,7 +743,7 @@ class Probe:
         full, watching = self._full, self._watching
         for j in indices:
             coming = applied[j] + 1
-            watching[j] = _watched_step(coming, config.check_every)
+            watching[j] = watched_step(coming, check_every)
             full[j] = watching[j] or coming % config.every == 0
         lean = bool(full) and not any(full)
         if lean is not self._lean:
@@ -844,14 +857,8 @@ def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
     return __getstate__
 
 
-def _watched_step(n: int, check_every: int) -> bool:
-    """Whether an optimizer's `n`-th step is one the sampled checks look at (see `Probe.watched`)."""
-    return n <= _FIRST_WATCHED or n % check_every == 0
-
-
 _PENDING_LOSSES = 64  # losses of backward calls kept (CPU: with their graphs) until a step reads them
-_FIRST_WATCHED = 8  # the steps of each optimizer that `Probe.watched` always includes
-_SMALL = 4096  # values of a parameter whose gradient `Probe.grad_checks` reads at every step
+_SMALL = 4096  # values of a parameter whose gradient `Probe.grad_checks` may read at every step
 
 
 class StepRecord(NamedTuple):
@@ -865,14 +872,14 @@ class StepRecord(NamedTuple):
 
 class StepNorms(NamedTuple):
     """One optimizer's per-parameter gradient norms at one step (see `Probe.grad_norms`), or those
-    of its small gradients only (`Probe.grad_checks`)."""
+    of its earliest small gradient only (`Probe.grad_checks`)."""
 
     # 0-d tensors on the device: float32 L2 norms when `exact`; else only their finiteness counts
     # (on the CPU they are plain sums, see `grad_checks`)
     values: list[torch.Tensor]
     positions: list[int]  # the positions in `opt_params[i]` they cover
     read: slice  # where they sit in `Probe.readings`
-    exact: bool  # every gradient's norm (not only the small gradients')
+    exact: bool  # every gradient's norm (not only the earliest small gradient's)
 
 
 def _total(losses: list[torch.Tensor]) -> float:

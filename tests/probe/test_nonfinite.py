@@ -265,3 +265,41 @@ def test_a_nan_output_is_named_when_the_loss_raises_before_the_step():
                 train_step(k)
     f = only(probe, "LP103")
     assert (f.step, f.where) == (12, "Decoder")
+
+
+class _TwoBranches(nn.Module):
+    """Two branches side by side; the first registered (`side`) is not on the poisoned one's path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.side = nn.Linear(16, 8)
+        self.main = nn.Linear(16, 8)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.cat([self.side(x), self.main(x)], dim=1))
+
+
+def test_between_watched_steps_only_the_earliest_small_gradient_is_read(batches):
+    # The NaN is born in backward on the `main` branch only, at step 14 (not watched): the earliest
+    # small gradient (side.weight, 128 values) stays finite, so the step applies it and the next forward finds
+    # main's weights; a NaN that reaches the earliest small gradient trips at its own step.
+    torch.manual_seed(0)
+    net = _TwoBranches()
+    poison = [False]
+    net.main.weight.register_hook(lambda g: g * float("nan") if poison[0] else g)
+    net.main.bias.register_hook(lambda g: g * float("nan") if poison[0] else g)
+
+    def arm(step):
+        poison[0] = step == 13
+
+    probe = train(net, batches, 20, before_step=arm, check_every=4)
+    f = probe.findings[0]
+    assert (f.code, f.where, f.step) == ("LP103", "main", 15) and "main.weight" in f.message
+
+    torch.manual_seed(0)
+    net = _TwoBranches()
+    net.side.weight.register_hook(lambda g: g * float("nan") if poison[0] else g)
+    probe = train(net, batches, 20, before_step=arm, check_every=4)
+    f = probe.findings[0]
+    assert (f.code, f.step) == ("LP104", 14) and "side.weight" in f.message

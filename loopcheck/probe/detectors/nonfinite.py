@@ -9,7 +9,7 @@ torch's dense layers and normalisations are not reduced but judged by their para
 `loopcheck.probe.layers`); with `backward_hooks`, a tensor hook on each output does the same for
 its gradient. At the optimizer step these numbers join the probe's queue of device values
 (`Probe.readings`), next to the loss and the gradients' values (`Probe.grad_checks`: every
-gradient's norm on a watched step, the small gradients' on the others), and the probe's sentinel
+gradient's norm on a watched step, the earliest small one's on the others), and the probe's sentinel
 looks at the step's values at once on the CPU (two steps later on CUDA). Only when something is non-finite does the detector walk them, in execution order, to
 name the module (forward), the module whose gradient became non-finite (backward) or the loss.
 The dense layers' parameters are checked then, on the CPU before the step's update, so they still
@@ -96,7 +96,7 @@ class _Block:
     norms: list[int]  # positions in opt_params[opt] of the gradient norm entries
     held: list[tuple[Any, int]] = field(default_factory=list)  # (weak reference, version) of each held input
     lean: bool = False  # recorded without the covered layers' hooks: `_expand` puts them in
-    every_gradient: bool = True  # `norms` cover every gradient, not only the small ones (`Probe.grad_checks`)
+    every_gradient: bool = True  # `norms` cover every gradient, not only the earliest small one (`Probe.grad_checks`)
     # (output, version) of each held output; None once let go (its step was judged)
     outputs: list[tuple[torch.Tensor, int]] | None = field(default_factory=list)
 
@@ -672,7 +672,7 @@ class NonFiniteDetector(Detector):
             state = _flags_now(checked)
         bwd, norms = rest[:nb], rest[nb + ns:]
         if not block.every_gradient and block.opt is not None and block.step == self.probe.step + 1:
-            # the small gradients of the step being checked tripped: all of its gradients are still there
+            # the small gradient of the step being checked tripped: all of its gradients are still there
             params = self.probe.opt_params[block.opt]
             block.norms = [j for j, p in enumerate(params) if p.grad is not None and not p.grad.is_sparse]
             norms = _flags_now([(j, params[j].grad) for j in block.norms])
