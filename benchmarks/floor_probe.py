@@ -36,7 +36,7 @@ class FloorProbe:
         self.every, self.cadence = defaults.every, Cadence(defaults.check_every)
         self.models, self.optimizers = list(models), list(optimizers)
         self.params = [[p for group in opt.param_groups for p in group["params"]] for opt in self.optimizers]
-        self.small = [[p for p in params if p.numel() < _SMALL][:1] for params in self.params]
+        self.small = [[p for p in params if p.numel() < _SMALL] for params in self.params]
         self.applied = [0] * len(self.optimizers)
         self.held: list[Any] = []
         self.losses: list[torch.Tensor] = []
@@ -88,8 +88,10 @@ class FloorProbe:
                         self.cadence.timed(time.perf_counter() - start)
                         self.queued.extend(norms)
                         values.append(torch.stack(norms).sum().item())  # the sentinel reads them too
-                else:
-                    values += [p.grad.sum().item() for p in self.small[i] if p.grad is not None]
+                else:  # the earliest small gradient there is, as `Probe.grad_checks` reads it
+                    grad = next((p.grad for p in self.small[i] if p.grad is not None), None)
+                    if grad is not None:
+                        values.append(grad.sum().item())
             self.losses.clear()
             self.held.clear()
             if not math.isfinite(sum(values)):

@@ -81,7 +81,7 @@ from typing import Any
 import torch
 
 import loopcheck
-from loopcheck.probe.config import ProbeConfig, ProbeUsageError
+from loopcheck.probe.config import AUTOMATIC, ProbeConfig, ProbeUsageError
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.cadence import FIRST_WATCHED  # the first steps `Probe.watched` includes
 from floor_probe import FloorProbe
@@ -154,10 +154,10 @@ def parse_option(item: str) -> tuple[str, Any]:
         if isinstance(default, bool):
             flags = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
             return key, flags.get(text.lower(), text)
-        if isinstance(default, int):
+        if key in AUTOMATIC and text.lower() == "none":
+            return key, None
+        if isinstance(default, int) or key in AUTOMATIC:
             return key, int(text)
-        if default is None and key:  # an option whose default is chosen at run time (check_every)
-            return key, None if text.lower() == "none" else int(text)
         if isinstance(default, float):
             return key, float(text)
     except ValueError:

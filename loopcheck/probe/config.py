@@ -12,6 +12,10 @@ from loopcheck.catalog import codes
 from loopcheck.errors import ProbeUsageError
 
 
+# Integer options whose default, None, lets the probe choose the value while it runs.
+AUTOMATIC = frozenset({"check_every"})
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     # How often (in optimizer steps) device statistics are read, checks run and metrics logged.
@@ -73,15 +77,15 @@ class ProbeConfig:
             default = known[name].default
             if name == "ignore":
                 value = _codes(value)
-            elif name == "check_every":
-                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                    raise ProbeUsageError(f"probe option check_every must be a positive integer or None, not {value!r}")
+            elif name in AUTOMATIC and value is None:
+                pass
             elif isinstance(default, bool):
                 if not isinstance(value, bool):
                     raise ProbeUsageError(f"probe option {name} must be True or False, not {value!r}")
-            elif isinstance(default, int):
+            elif isinstance(default, int) or name in AUTOMATIC:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ProbeUsageError(f"probe option {name} must be a positive integer, not {value!r}")
+                    also = " or None" if name in AUTOMATIC else ""
+                    raise ProbeUsageError(f"probe option {name} must be a positive integer{also}, not {value!r}")
             elif isinstance(default, float):
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                     raise ProbeUsageError(f"probe option {name} must be a positive number, not {value!r}")

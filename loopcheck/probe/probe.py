@@ -624,12 +624,11 @@ class Probe:
             positions = [j for j, g in enumerate(every) if g is not None and not g.is_sparse]
         if not grads:
             return self._queue_norms(i, [], positions, exact=True)
-        if self.cadence.tuned:  # on the CPU the fused call is synchronous: its time is its cost
-            start = time.perf_counter()
-            values = fused_norms(grads)
+        tuned = self.cadence.tuned  # on the CPU the fused call is synchronous: its time is its cost
+        start = time.perf_counter() if tuned else 0.0
+        values = fused_norms(grads)
+        if tuned:
             self.cadence.timed(time.perf_counter() - start)
-        else:
-            values = fused_norms(grads)
         return self._queue_norms(i, values, positions, exact=True)
 
     def grad_checks(self, i: int) -> "StepNorms":

@@ -129,7 +129,7 @@ def test_bad_detectors_or_options_are_refused_before_anything_runs(flags, said):
 
 
 def test_the_floor_probe_does_the_necessary_work_and_leaves_nothing_behind(monkeypatch):
-    """It holds the model's inputs and output until the step, reads the losses and the small gradients
+    """It holds the model's inputs and output until the step, reads the losses and the earliest small gradient
     there (a NaN loss trips it), queues exact norms on the watched steps, and unhooks on exit."""
     import torch
 
