@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# The last model built in the engine's current run, with what it was built from: a file linted
+# again unchanged in the same run (what `--fix` would fix, worked out after the file's analysis)
+# reuses it. Within a run the other files are taken as unchanged, so the model still holds.
+_LAST_MODEL: list = []
+
 
 class FileContext:
     """Everything a rule may read about one file. The loop model is built once, on first use."""
@@ -41,8 +46,15 @@ class FileContext:
     @cached_property
     def model(self) -> "ModuleModel":
         from loopcheck.lint.loopmodel import build_model
+        from loopcheck.lint.project import current_run
 
-        return build_model(self.path, self.module, project=self.project)
+        run = current_run()
+        if run is not None and _LAST_MODEL and _LAST_MODEL[0] is run and _LAST_MODEL[1] is self.module \
+                and _LAST_MODEL[2] == self.path:
+            return _LAST_MODEL[3]  # the same tree analysed again in this run (the fix promise)
+        model = build_model(self.path, self.module, project=self.project)
+        _LAST_MODEL[:] = [run, self.module, self.path, model] if run is not None else []
+        return model
 
     def span(self, node: cst.CSTNode) -> Span:
         """Position of a node of this file's module (computed on demand, never for the whole tree)."""

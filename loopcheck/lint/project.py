@@ -98,6 +98,11 @@ def steady_files() -> Iterator[None]:
         yield
 
 
+def current_run() -> object | None:
+    """A token of the engine run in progress (`steady_files`), None outside one."""
+    return _STEADY[0] if _STEADY else None
+
+
 _FILE, _FOLDER = 1, 2
 
 

@@ -169,3 +169,28 @@ def test_the_workers_fix_runs_are_what_the_command_would_run(tmp_path: Path):
             assert result.fixes_applied == fixes_applied(kinds, FIXABLE, str(f), lambda code: True)
             assert any(result.fixes_applied.values())
     assert all(r.fixes_applied is None for r in check_files(files, jobs=1))
+
+
+def test_working_out_the_fixes_reuses_the_files_loop_model(tmp_path: Path, monkeypatch):
+    """The fix runs lint the unchanged file first: in the run that has just analysed it, with
+    other rules enabled, its loop model is the one already built (a model is most of a lint)."""
+    from loopcheck.lint import loopmodel
+    from loopcheck.lint.engine import check_files
+
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    script = tmp_path / "train.py"
+    script.write_text(FIXABLE, encoding="utf-8")
+    built: list[str] = []
+    original = loopmodel.build_model
+
+    def counted(path, module, project=None):
+        built.append(path)
+        return original(path, module, project)
+
+    monkeypatch.setattr(loopmodel, "build_model", counted)
+    [result] = check_files([script], jobs=1, enabled=lambda code: code != "LC101", promise_fixes=True)
+    assert result.fixes_applied and any(result.fixes_applied.values())
+    assert built.count(str(script)) == 1, built
+    built.clear()
+    check_files([script], jobs=1, promise_fixes=True)  # a new run builds it afresh
+    assert built.count(str(script)) == 1, built
