@@ -16,7 +16,6 @@ ratio less the floor's is what the probe's design costs beyond its defaults' nec
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Sequence
 
 import torch
@@ -25,7 +24,6 @@ from torch import nn
 from loopcheck.probe.cadence import Cadence, watched_step
 from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.probe import _SMALL
-from loopcheck.probe.stats import fused_norms
 
 
 class FloorProbe:
@@ -83,9 +81,7 @@ class FloorProbe:
                 if watched_step(self.applied[i] + 1, self.cadence.check_every):
                     grads = [p.grad for p in self.params[i] if p.grad is not None]
                     if grads:
-                        start = time.perf_counter()
-                        norms = fused_norms(grads)
-                        self.cadence.timed(time.perf_counter() - start)
+                        norms = self.cadence.norms(grads)
                         self.queued.extend(norms)
                         values.append(torch.stack(norms).sum().item())  # the sentinel reads them too
                 else:  # the earliest small gradient there is, as `Probe.grad_checks` reads it

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import time
 
+import torch
+
+from loopcheck.probe.stats import fused_norms
+
 FIRST_WATCHED = 8  # each optimizer's steps that are always watched
 DEFAULT = 4  # the interval on an accelerator, and on the CPU until the first measurement
 _LONGEST = 16  # the longest interval chosen by measurement (LP101 then judges from about step 500)
@@ -43,6 +47,16 @@ class Cadence:
             self.tuned = False
             self.check_every = DEFAULT
 
+    def norms(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """`fused_norms(grads)`, timed while the interval is tuned (on the CPU the fused call is
+        synchronous: its time is its cost)."""
+        if not self.tuned:
+            return fused_norms(grads)
+        start = time.perf_counter()
+        values = fused_norms(grads)
+        self.timed(time.perf_counter() - start)
+        return values
+
     def timed(self, seconds: float) -> None:
         """One exact norm call took `seconds`."""
         self._spent += seconds
@@ -50,7 +64,10 @@ class Cadence:
 
     def retune(self, steps: int) -> None:
         """At a sample, `steps` optimizer steps (of every optimizer) into the run: choose the interval
-        from the norms' cost per call times the steps since the last sample, against the time since."""
+        from the norms' cost per call times the steps since the last sample, against the time since.
+        A fixed interval stays as it is."""
+        if not self.tuned:
+            return
         now = time.perf_counter()
         since, done = self._since, self._steps
         self._since, self._steps = now, steps

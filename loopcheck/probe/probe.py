@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-import time
 import warnings
 import weakref
 from pathlib import Path
@@ -458,8 +457,7 @@ class Probe:
             self._set_lean(i)
             self._dispatch("on_step" if i == 0 else "on_step_others", i, optimizer)
             if i == 0 and self.step % self.config.every == 0:
-                if self.cadence.tuned:
-                    self.cadence.retune(self._serial)
+                self.cadence.retune(self._serial)
                 self._sample(final=False)
         return hook
 
@@ -624,12 +622,7 @@ class Probe:
             positions = [j for j, g in enumerate(every) if g is not None and not g.is_sparse]
         if not grads:
             return self._queue_norms(i, [], positions, exact=True)
-        tuned = self.cadence.tuned  # on the CPU the fused call is synchronous: its time is its cost
-        start = time.perf_counter() if tuned else 0.0
-        values = fused_norms(grads)
-        if tuned:
-            self.cadence.timed(time.perf_counter() - start)
-        return self._queue_norms(i, values, positions, exact=True)
+        return self._queue_norms(i, self.cadence.norms(grads), positions, exact=True)
 
     def grad_checks(self, i: int) -> "StepNorms":
         """Values of optimizer `i`'s gradients at this step that are NaN/Inf when a gradient is.
