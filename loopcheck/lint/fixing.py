@@ -18,6 +18,7 @@ from loopcheck.findings import Finding
 from loopcheck.lint.fixes import applicability, describe_fix, module_methods
 from loopcheck.lint.fixes.edits import Edit, apply_edits, edit_offsets
 from loopcheck.lint.fixes.neutral import neutral
+from loopcheck.lint.syntax import parse_module
 
 if TYPE_CHECKING:
     from loopcheck.lint.context import FileContext
@@ -54,7 +55,7 @@ _LAST_PARSE: list = []
 
 def _parses(source: str) -> bool:
     try:
-        module = cst.parse_module(source)
+        module = parse_module(source)
     except (cst.ParserSyntaxError, RecursionError, ValueError):
         return False
     _LAST_PARSE[:] = [source, module]
@@ -80,7 +81,7 @@ class _Fixes:
         if self._ctx is None:
             from loopcheck.lint.context import FileContext
 
-            self._ctx = FileContext(self.path, self.source, cst.parse_module(self.source))
+            self._ctx = FileContext(self.path, self.source, parse_module(self.source))
         return describe_fix(finding, self._ctx)
 
 

@@ -26,7 +26,7 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 
 from loopcheck.lint.positions import render_nodes, statement_offsets
-from loopcheck.lint.syntax import classes_of
+from loopcheck.lint.syntax import classes_of, parse_module
 
 _STATEMENTS = classes_of(cst.BaseStatement)
 
@@ -129,7 +129,7 @@ def reparse(previous: Parsed, text: str) -> Parsed | None:
     if not through_end and (not fragment.endswith(("\n", "\r")) or not _starts_with_code(text, end)):
         return None
     try:
-        part = cst.parse_module(fragment)
+        part = parse_module(fragment)
     except Exception:  # noqa: BLE001 - any failure: the whole text is parsed, and reports it
         return None
     if not part.body or (part.default_indent, part.default_newline) != (module.default_indent, module.default_newline):
@@ -324,7 +324,7 @@ def _parse_dedented(fragment: str, indent: str, module: cst.Module) -> cst.Modul
         if not line.startswith(indent) or not rest.strip() or rest.startswith("#"):
             return None
     try:
-        part = cst.parse_module("".join(line[width:] for line in lines))
+        part = parse_module("".join(line[width:] for line in lines))
     except Exception:  # noqa: BLE001 - any failure: a wider parse decides
         return None
     if not part.body or part.header or part.footer or not part.has_trailing_newline:
