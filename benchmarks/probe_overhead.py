@@ -45,7 +45,9 @@ on the probed models, and on those of their layers that a non-finite value could
 by their parameters alone; the backward wrapper less the backward itself; the optimizer's step
 hooks), per step, by the thread's CPU clock, the way they run in training: after torch's kernels
 have pushed the interpreter's data out of the caches, each Python call of the probe costs several
-times what it costs in a micro-benchmark. With `--against REF` both versions run, in alternating fresh
+times what it costs in a micro-benchmark. It also gives the median inside each kind of step: lean
+ones, the watched ones that take the exact gradient checks (`Probe.watched`), and the sampled ones
+that end with the periodic read and judgement; a block of `--steps` steps holds all three. With `--against REF` both versions run, in alternating fresh
 processes (`--processes` rounds), and the medians of the rounds are compared. Two probes in one
 process (`--against` alone) cannot resolve differences under about 150 us per step: identical
 code measures up to that far apart depending on which copy is imported first.
@@ -347,7 +349,7 @@ def inside(args: argparse.Namespace) -> dict:
         before = {(id(m), h) for model in shape.models for m in model.modules()
                   for hooks in (m._forward_pre_hooks, m._forward_hooks) for h in hooks}
         try:
-            with probe_class(shape.models, shape.optimizers, scheduler=shape.scheduler, summary=False):
+            with probe_class(shape.models, shape.optimizers, scheduler=shape.scheduler, summary=False) as probe:
                 for opt in shape.optimizers:
                     for hooks, key in ((opt._optimizer_step_pre_hooks, "step_pre"),
                                        (opt._optimizer_step_post_hooks, "step_post")):
@@ -373,14 +375,31 @@ def inside(args: argparse.Namespace) -> dict:
                     shape.step(k)
                 spent.clear()
                 steps = args.blocks * args.steps
+                kinds: dict[str, list[float]] = {}
                 start = clock()
                 for k in range(first + args.settle, first + args.settle + steps):
+                    kind, before = step_kind(probe), sum(spent.values())
                     shape.step(k)
+                    kinds.setdefault(kind, []).append(sum(spent.values()) - before)
                 total = clock() - start
                 torch.autograd.backward = wrapped
         finally:
             torch.autograd.backward = real_backward
-    return {"step": total / steps, "parts": {key: value / steps for key, value in spent.items()}}
+    return {"step": total / steps, "parts": {key: value / steps for key, value in spent.items()},
+            "kinds": {kind: {"share": len(times) / steps, "median": statistics.median(times)}
+                      for kind, times in kinds.items()}}
+
+
+def step_kind(probe: Any) -> str:
+    """What the coming step of the first optimizer is to the probe: `sample` (the periodic read
+    and judgement at its end), `watched` (the exact gradient checks, see `Probe.watched`), or
+    `lean` (neither); `step` for a probe version that does not tell."""
+    try:
+        if (probe.step + 1) % probe.config.every == 0:
+            return "sample"
+        return "watched" if probe.watched(0) else "lean"
+    except AttributeError:
+        return "step"
 
 
 def run_worker(args: argparse.Namespace, model: str, *mode: str, blocks: int | None = None) -> dict:
@@ -427,6 +446,12 @@ def report_inside(args: argparse.Namespace, models: list[str]) -> None:
             print(f"{model:<6} {version:<10} step {step * 1e3:6.2f} ms  inside {totals[version] * 1e6:6.1f} us "
                   f"({totals[version] / step:.1%})  " + "  ".join(f"{k} {v * 1e6:.1f}" for k, v in parts.items()),
                   flush=True)
+            print(f"{'':<6} {'':<10} by kind of step: " + "  ".join(
+                f"{kind} {statistics.median(r['kinds'][kind]['share'] for r in results):.0%} of steps, "
+                f"{statistics.median(r['kinds'][kind]['median'] for r in results) * 1e6:.1f} us"
+                for kind in sorted({k for r in results for k in r.get("kinds", {})},
+                                   key=lambda k: ("lean", "watched", "sample", "step").index(k))
+                if all(kind in r.get("kinds", {}) for r in results)), flush=True)
         if args.against:
             print(f"{model:<6} difference {(totals['this'] - totals[args.against]) * 1e6:+.1f} us per step", flush=True)
 
