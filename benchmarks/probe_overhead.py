@@ -47,8 +47,9 @@ hooks), per step, by the thread's CPU clock, the way they run in training: after
 have pushed the interpreter's data out of the caches, each Python call of the probe costs several
 times what it costs in a micro-benchmark. It also gives the median inside each kind of step: lean
 ones, the watched ones that take the exact gradient checks (`Probe.watched`), and the sampled ones
-that end with the periodic read and judgement; a block of `--steps` steps holds all three. With `--against REF` both versions run, in alternating fresh
-processes (`--processes` rounds), and the medians of the rounds are compared. Two probes in one
+that end with the periodic read and judgement; a block of `--steps` steps holds all three. With
+`--against REF` both versions run, in alternating fresh processes (`--processes` rounds), and the
+medians of the rounds are compared. Two probes in one
 process (`--against` alone) cannot resolve differences under about 150 us per step: identical
 code measures up to that far apart depending on which copy is imported first.
 
@@ -390,6 +391,9 @@ def inside(args: argparse.Namespace) -> dict:
                       for kind, times in kinds.items()}}
 
 
+_STEP_KINDS = ("lean", "watched", "sample", "step")  # what `step_kind` tells, in the order printed
+
+
 def step_kind(probe: Any) -> str:
     """What the coming step of the first optimizer is to the probe: `sample` (the periodic read
     and judgement at its end), `watched` (the exact gradient checks, see `Probe.watched`), or
@@ -446,12 +450,11 @@ def report_inside(args: argparse.Namespace, models: list[str]) -> None:
             print(f"{model:<6} {version:<10} step {step * 1e3:6.2f} ms  inside {totals[version] * 1e6:6.1f} us "
                   f"({totals[version] / step:.1%})  " + "  ".join(f"{k} {v * 1e6:.1f}" for k, v in parts.items()),
                   flush=True)
+            kinds = [kind for kind in _STEP_KINDS if all(kind in r.get("kinds", {}) for r in results)]
             print(f"{'':<6} {'':<10} by kind of step: " + "  ".join(
                 f"{kind} {statistics.median(r['kinds'][kind]['share'] for r in results):.0%} of steps, "
                 f"{statistics.median(r['kinds'][kind]['median'] for r in results) * 1e6:.1f} us"
-                for kind in sorted({k for r in results for k in r.get("kinds", {})},
-                                   key=lambda k: ("lean", "watched", "sample", "step").index(k))
-                if all(kind in r.get("kinds", {}) for r in results)), flush=True)
+                for kind in kinds), flush=True)
         if args.against:
             print(f"{model:<6} difference {(totals['this'] - totals[args.against]) * 1e6:+.1f} us per step", flush=True)
 

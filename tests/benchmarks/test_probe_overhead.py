@@ -77,7 +77,6 @@ def test_inside_prints_the_time_in_each_of_the_probes_entry_points_per_model():
         assert float(parts["step_pre"]) > 0 and float(parts["forward_pre"]) > 0
 
 
-
 def test_inside_gives_each_kind_of_step_its_share_and_median():
     """A block of 20 steps holds the three kinds: lean steps, watched ones (the exact gradient
     checks; each optimizer's first steps are all watched) and the sampled one."""
@@ -88,6 +87,7 @@ def test_inside_gives_each_kind_of_step_its_share_and_median():
     assert [kind for kind, _, _ in kinds] == ["lean", "watched", "sample"]
     assert 98 <= sum(int(share) for _, share, _ in kinds) <= 102
     assert all(float(median) > 0 for _, _, median in kinds)
+
 
 def test_inside_counts_the_hooks_the_probe_puts_on_a_models_layers():
     """The LSTM language model's embedding and LSTM layers are hooked by the probe (a NaN in them
