@@ -234,8 +234,7 @@ class _Builder:
             self.starts.append(self.starts[-1] + len(line))
         self.ascii = source.isascii()
         self.origin: dict[int, ast.AST] = {}  # id(built node) -> the ast node it was built from
-        # id(node inside an f-string) -> (the literal's offset, the literal parsed alone, its text)
-        self.placed: dict[int, tuple[int, cst.Module, str]] = {}
+        self.formatted: list[tuple[int, cst.Module, str]] = []  # each f-string: (offset, parsed alone, text)
 
     # Source text ------------------------------------------------------------------------------
     def offset(self, lineno: int, col: int) -> int:
@@ -521,17 +520,26 @@ class _Builder:
         prefix = token[:len(token) - len(token.lstrip("rRbBuUfF"))].lower()
         if "f" not in prefix:
             return make.SimpleString(value=token)
-        from loopcheck.lint.positions import register_source
-        from loopcheck.lint.syntax import module_nodes
-
         alone = _libcst_parse(token)
-        register_source(alone, token)
         node = alone.body[0].body[0].value
         if type(node) is not cst.FormattedString:
             raise Unsupported("f-string")
-        self.placed.update((id(inner), (at, alone, token)) for inner in module_nodes(alone)[0]
-                           if isinstance(inner, cst.BaseExpression))
+        self.formatted.append((at, alone, token))
         return node
+
+    @cached_property
+    def placed(self) -> dict[int, tuple[int, cst.Module, str]]:
+        """id(node inside an f-string) -> (the literal's offset, the literal parsed alone, its
+        text), worked out when a position inside one is first asked for."""
+        from loopcheck.lint.positions import register_source
+        from loopcheck.lint.syntax import module_nodes
+
+        found = {}
+        for at, alone, token in self.formatted:
+            register_source(alone, token)
+            found.update((id(inner), (at, alone, token)) for inner in module_nodes(alone)[0]
+                         if isinstance(inner, cst.BaseExpression))
+        return found
 
     def subscript(self, s: ast.expr) -> list[cst.SubscriptElement]:
         """`x[a, b:c]` has one element per index; `x[(a, b)]` one, a tuple."""
@@ -740,7 +748,6 @@ def lint_times(tree: Path, jobs: int, repeat: int, shown: int = 5) -> tuple[floa
         module, where = made
         facts(module)["positions.source"] = where
         built_positions.update(dict.fromkeys(where.origin, where))
-        built_positions.update(dict.fromkeys(where.builder.placed, where))
         built_positions[id(module)] = where
         return module
 
