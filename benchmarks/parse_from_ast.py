@@ -732,7 +732,9 @@ def parse_times(sources: list[tuple[Path, str]], repeat: int) -> tuple[float, fl
 
 def lint_times(tree: Path, jobs: int, repeat: int, shown: int = 5) -> tuple[float, float, dict[str, int]]:
     """Medians of `check_paths` on `tree` as the engine is, and with every parse built from
-    `ast`, interleaved; with each one's number of findings."""
+    `ast` (positions and texts from the spans), interleaved; and of the findings as it is, how
+    many the built run has too, to the column and the message, and with the same fix. The first
+    findings and errors that differ are printed."""
     from loopcheck.lint import positions, syntax
     from loopcheck.lint.engine import check_paths
     from loopcheck.lint.memo import facts
