@@ -9,9 +9,10 @@ build (`match`, `except*`) or sources it cannot reproduce (identifiers that `ast
 make it answer None, and the caller parses with libcst.
 
 A built tree does not render back to the source, so the positions and texts of its nodes come
-from the `ast` spans (`SpanPositions`) instead of libcst's rendering. Fixes edit the rendered
-tree, so they still need libcst's parse; until that is settled the engine does not use the built
-trees, and this script measures them:
+from the `ast` spans (`SpanPositions`) instead of libcst's rendering, and fixes, which edit a
+tree and render it, are made on libcst's parse of the file with the loop model's nodes mapped
+onto it (`pairs`, `translated`: the two trees have the same shape). The engine does not use the
+built trees yet; this script measures them:
 
     python benchmarks/parse_from_ast.py [--tree DIR ...] [--repeat 3] [--lint DIR [--jobs N]]
 
@@ -20,11 +21,11 @@ types and every field but whitespace and punctuation), how many differ (the firs
 listed) and how many fall back; then libcst's parse against building from `ast`, interleaved,
 with the garbage collector paused as the engine pauses it, and the ratio of the medians.
 
-`--lint DIR`: `check_paths` on DIR with every parse built from `ast` (falling back to libcst) and
-positions and node texts from the spans, against the engine as it is, interleaved, and the ratio
-of the medians; then how many of the findings are the same to the column and the message, and how
-many carry the same fix as well (the fixes of the built run are edits of a tree that does not
-render the source: they are what stays to be done). Findings that differ are listed.
+`--lint DIR`: `check_paths` on DIR with every parse built from `ast` (falling back to libcst),
+positions and node texts from the spans and fixes as above, against the engine as it is,
+interleaved, and the ratio of the medians; then how many of the findings are the same to the
+column and the message, and how many carry the same fix as well. The first findings and errors
+that differ are listed.
 """
 
 from __future__ import annotations
@@ -670,6 +671,68 @@ def difference(a: Any, b: Any) -> str | None:
     return None
 
 
+def pairs(a: Any, b: Any) -> Iterable[tuple[cst.CSTNode, cst.CSTNode]]:
+    """The nodes of two trees of the same shape (`difference` finds none), side by side."""
+    stack = [(a, b)]
+    while stack:
+        a, b = stack.pop()
+        if isinstance(a, cst.CSTNode):
+            yield a, b
+            names = _COMPARED.get(type(a))
+            if names is None:
+                names = _COMPARED[type(a)] = [f.name for f in dataclasses.fields(a) if not (
+                    f.name in _TRIVIA or "whitespace" in f.name)]
+            stack.extend((getattr(a, name), getattr(b, name)) for name in names)
+        elif isinstance(a, (list, tuple)):
+            stack.extend(zip(a, b))
+
+
+def translated(value: Any, nodes: dict[int, Any], done: dict[int, Any] | None = None) -> Any:
+    """A copy of `value` (a loop model, or any part of one) in which each node that `nodes`
+    maps (by id) is replaced by its counterpart; shared and cyclic parts stay shared."""
+    import copy
+    import enum
+
+    done = {} if done is None else done
+    key = id(value)
+    if key in nodes:
+        return nodes[key]
+    if key in done:
+        return done[key]
+    if value is None or isinstance(value, (str, int, float, bool, bytes, enum.Enum, type, cst.CSTNode)):
+        return value
+    out: Any
+    if isinstance(value, list):
+        out = done[key] = []
+        out.extend(translated(x, nodes, done) for x in value)
+        return out
+    if isinstance(value, dict):
+        out = done[key] = {}
+        out.update((translated(k, nodes, done), translated(v, nodes, done)) for k, v in value.items())
+        return out
+    if isinstance(value, (tuple, set, frozenset)):
+        made = [translated(x, nodes, done) for x in value]
+        out = done[key] = type(value)(made) if not hasattr(value, "_fields") else type(value)(*made)
+        return out
+    if callable(value) and not hasattr(value, "__dict__") and not hasattr(value, "__slots__"):
+        return value
+    try:
+        out = done[key] = copy.copy(value)
+    except Exception:  # noqa: BLE001 - left as it is
+        return value
+    names = list(getattr(value, "__dict__", {}))
+    for cls in type(value).__mro__:
+        names.extend(n for n in getattr(cls, "__slots__", ()) if isinstance(n, str))
+    for name in dict.fromkeys(names):
+        if name.startswith("__") or not hasattr(value, name):
+            continue
+        try:
+            object.__setattr__(out, name, translated(getattr(value, name), nodes, done))
+        except (AttributeError, TypeError):
+            pass
+    return out
+
+
 # Measuring ----------------------------------------------------------------------------------------
 def _sources(tree: Path) -> list[tuple[Path, str]]:
     found = []
@@ -739,8 +802,24 @@ def lint_times(tree: Path, jobs: int, repeat: int, shown: int = 5) -> tuple[floa
     from loopcheck.lint.engine import check_paths
     from loopcheck.lint.memo import facts
 
+    from loopcheck.lint import fixes
+    from loopcheck.lint.context import FileContext
+
     native, register, render = syntax.parse_module, positions.register_source, cst.Module.code_for_node
+    attach = fixes.attach_fixes
     built_positions: dict[int, SpanPositions] = {}  # id(built node) -> its tree's positions (one run)
+
+    def attach_fixes(findings: list, ctx: FileContext) -> list:
+        """Fixes edit a tree that renders the source: libcst's parse of the file, with the loop
+        model's nodes of this file mapped onto it (the trees have the same shape)."""
+        if id(ctx.module) not in built_positions or not any(f.code in fixes.FIXERS for f in findings):
+            return attach(findings, ctx)
+        parsed = native(ctx.source)
+        register(parsed, ctx.source)
+        nodes = {id(made): node for node, made in pairs(parsed, ctx.module)}
+        mapped = FileContext(ctx.path, ctx.source, parsed, ctx.project)
+        mapped.__dict__["model"] = translated(ctx.model, nodes)
+        return attach(findings, mapped)
 
     def from_ast(source: str | bytes) -> cst.Module:
         text = source.decode("utf-8") if isinstance(source, bytes) else source
@@ -772,12 +851,14 @@ def lint_times(tree: Path, jobs: int, repeat: int, shown: int = 5) -> tuple[floa
         for name in ("native", "built"):
             if name == "built":  # the engine and the project import these from there at each use
                 syntax.parse_module, positions.register_source, cst.Module.code_for_node = from_ast, register_source, code_for_node
+                fixes.attach_fixes = attach_fixes
             try:
                 start = time.perf_counter()
                 report = check_paths([tree], jobs=jobs)
                 times[name].append(time.perf_counter() - start)
             finally:
                 syntax.parse_module, positions.register_source, cst.Module.code_for_node = native, register, render
+                fixes.attach_fixes = attach
                 built_positions.clear()
             found[name] = sorted((f.path, f.line, f.column, f.end_line, f.end_column, f.code, f.message, repr(f.fix))
                                  for f in report.findings)

@@ -4,8 +4,8 @@ and the experiment's script prints its lines (its times are never judged here)."
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 
@@ -111,19 +111,6 @@ def test_built_nodes_are_libcst_nodes_that_render():
     assert built.code == "total = loss.item() + 1\n"
 
 
-def _pairs(a, b):
-    """The nodes of two trees of the same shape, side by side (`difference` found none)."""
-    stack = [(a, b)]
-    while stack:
-        a, b = stack.pop()
-        if isinstance(a, cst.CSTNode):
-            yield a, b
-            names = [f.name for f in dataclasses.fields(a) if f.name not in parse_from_ast._TRIVIA and "whitespace" not in f.name]
-            stack.extend((getattr(a, n), getattr(b, n)) for n in names)
-        elif isinstance(a, (list, tuple)):
-            stack.extend(zip(a, b))
-
-
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "fixtures").glob("*.py")))
 def test_positions_from_the_spans_are_those_of_the_parsed_tree(name):
     """Every node built from an `ast` node or inside an f-string, and every line and block of
@@ -135,7 +122,7 @@ def test_positions_from_the_spans_are_those_of_the_parsed_tree(name):
     register_source(parsed, source)
     built, where = parse_from_ast.build_with_positions(source)
     checked = 0
-    for native, made in _pairs(parsed, built):
+    for native, made in parse_from_ast.pairs(parsed, built):
         if id(made) in where.origin or id(made) in where.builder.placed or isinstance(
                 made, (cst.SimpleStatementLine, cst.IndentedBlock)):
             assert where.span(made) == node_span(parsed, native), (type(native).__name__, parsed.code_for_node(native))
@@ -152,3 +139,27 @@ def test_a_node_renders_with_its_own_parentheses_only():
     assert where.render(call.args[1].value) == "(d)"
     assert where.render(built.body[1].test) == "(ready)"
     assert where.render(built.body[1].body.body[0].body[0].value.args[0].value) == "x"  # a call's parentheses are not its own
+
+
+def test_a_copy_of_a_model_maps_its_nodes_and_keeps_what_is_shared():
+    old, new = cst.Name("model"), cst.Name("model")
+
+    class Step:
+        def __init__(self, node, loop=None):
+            self.node, self.loop, self.names = node, loop, {"target": node}
+    first = Step(old)
+    first.loop = first  # a cycle
+    shared = [first, first, (old, "text")]
+    copied = parse_from_ast.translated(shared, {id(old): new})
+    assert copied[0] is copied[1] and copied[0] is not first
+    assert copied[0].node is new and copied[0].loop is copied[0] and copied[0].names["target"] is new
+    assert copied[2] == (new, "text")
+    assert first.node is old  # the original is left as it was
+
+
+@pytest.mark.parametrize("name", ["amp_clip_before_unscale.py", "lc1_zero_grad_after_backward.py"])
+def test_findings_and_their_fixes_are_the_same_with_built_trees(tmp_path, name):
+    shutil.copy(REPO / "fixtures" / name, tmp_path / name)
+    _, _, same = parse_from_ast.lint_times(tmp_path, jobs=1, repeat=1)
+    assert same["findings"] > 0
+    assert same["located"] == same["fixed"] == same["findings"]
