@@ -647,6 +647,15 @@ _TRIVIA = {"lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_d
 _COMPARED: dict[type, list[str]] = {}
 
 
+def _compared(node: cst.CSTNode) -> list[str]:
+    """The fields of a node's class that trees are compared on: all but whitespace and punctuation."""
+    names = _COMPARED.get(type(node))
+    if names is None:
+        names = _COMPARED[type(node)] = [f.name for f in dataclasses.fields(node)
+                                         if f.name not in _TRIVIA and "whitespace" not in f.name]
+    return names
+
+
 def difference(a: Any, b: Any) -> str | None:
     """Where two trees differ in a node type or a field other than whitespace and punctuation,
     as a path from the module; None when they do not."""
@@ -657,11 +666,7 @@ def difference(a: Any, b: Any) -> str | None:
         if type(a) is not type(b) and not sequences:
             return f"{path}: {type(a).__name__} against {type(b).__name__}"
         if isinstance(a, cst.CSTNode):
-            names = _COMPARED.get(type(a))
-            if names is None:
-                names = _COMPARED[type(a)] = [f.name for f in dataclasses.fields(a) if not (
-                    f.name in _TRIVIA or "whitespace" in f.name)]
-            stack.extend((getattr(a, name), getattr(b, name), f"{path}.{name}") for name in reversed(names))
+            stack.extend((getattr(a, name), getattr(b, name), f"{path}.{name}") for name in reversed(_compared(a)))
         elif sequences:
             if len(a) != len(b):
                 return f"{path}: {len(a)} items against {len(b)}"
@@ -678,11 +683,7 @@ def pairs(a: Any, b: Any) -> Iterable[tuple[cst.CSTNode, cst.CSTNode]]:
         a, b = stack.pop()
         if isinstance(a, cst.CSTNode):
             yield a, b
-            names = _COMPARED.get(type(a))
-            if names is None:
-                names = _COMPARED[type(a)] = [f.name for f in dataclasses.fields(a) if not (
-                    f.name in _TRIVIA or "whitespace" in f.name)]
-            stack.extend((getattr(a, name), getattr(b, name)) for name in names)
+            stack.extend((getattr(a, name), getattr(b, name)) for name in _compared(a))
         elif isinstance(a, (list, tuple)):
             stack.extend(zip(a, b))
 
