@@ -34,6 +34,7 @@ import argparse
 import ast
 import dataclasses
 import gc
+import keyword
 import statistics
 import sys
 import time
@@ -48,6 +49,7 @@ sys.path.insert(0, str(REPO))
 import libcst as cst  # noqa: E402
 from libcst import MaybeSentinel  # noqa: E402
 
+from loopcheck.lint.positions import line_column, line_starts  # noqa: E402
 from loopcheck.lint.syntax import parse_module as _libcst_parse  # noqa: E402  (kept: `--lint` swaps the engine's)
 
 _BINARY = {ast.Add: "Add", ast.Sub: "Subtract", ast.Mult: "Multiply", ast.Div: "Divide",
@@ -117,10 +119,6 @@ def build_with_positions(source: str) -> "tuple[cst.Module, SpanPositions] | Non
     return module, SpanPositions(builder)
 
 
-_KEYWORDS = frozenset({"if", "elif", "while", "for", "in", "not", "and", "or", "return", "yield", "await", "assert",
-                       "del", "else", "is", "with", "from", "import", "as", "lambda", "raise", "case", "match"})
-
-
 class SpanPositions:
     """Positions and texts of a built tree's nodes, from the `ast` spans (what `positions`
     computes for a parsed tree by rendering statements)."""
@@ -138,7 +136,7 @@ class SpanPositions:
         if x is None:
             placed = self.builder.placed.get(id(node))
             if placed is not None:  # inside an f-string: where it is in the literal, moved to the literal
-                from loopcheck.lint.positions import line_starts, node_span
+                from loopcheck.lint.positions import node_span
 
                 at, alone, token = placed
                 line, column, end_line, end_column = node_span(alone, node)
@@ -163,18 +161,11 @@ class SpanPositions:
                 end -= 1
         return start, end
 
-    @cached_property
-    def starts(self) -> list[int]:
-        from loopcheck.lint.positions import line_starts
-
-        return line_starts(self.source)
-
     def span(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
         """(line, column, end line, end column), 1-based, the end exclusive, as `positions` gives."""
-        from loopcheck.lint.positions import line_column
-
         start, end = self.offsets(node)
-        return (*line_column(self.starts, start), *line_column(self.starts, end))
+        starts = self.builder.starts
+        return (*line_column(starts, start), *line_column(starts, end))
 
     def text(self, node: cst.CSTNode) -> str | None:
         """A one-line node's source text, else None (as `positions` answers)."""
@@ -213,7 +204,8 @@ class SpanPositions:
                 w = k
                 while w >= 0 and (source[w].isalnum() or source[w] == "_"):
                     w -= 1
-                if source[w + 1:k + 1] not in _KEYWORDS:
+                word = source[w + 1:k + 1]
+                if not (keyword.iskeyword(word) or keyword.issoftkeyword(word)):
                     break  # a call's parentheses
             start, end = i, j + 1
         return source[start:end]
@@ -229,10 +221,9 @@ def _identifier_changes(source: str) -> bool:
 class _Builder:
     def __init__(self, source: str) -> None:
         self.source = source
-        self.lines = source.splitlines(keepends=True)
-        self.starts = [0]
-        for line in self.lines:
-            self.starts.append(self.starts[-1] + len(line))
+        # lines as `ast` counts them (`str.splitlines` also breaks at form feeds and other separators)
+        self.starts = line_starts(source)
+        self.lines = [source[a:b] for a, b in zip(self.starts, [*self.starts[1:], len(source)])]
         self.ascii = source.isascii()
         self.origin: dict[int, ast.AST] = {}  # id(built node) -> the ast node it was built from
         self.formatted: list[tuple[int, cst.Module, str]] = []  # each f-string: (offset, parsed alone, text)
@@ -739,45 +730,45 @@ def _sources(tree: Path) -> list[tuple[Path, str]]:
     found = []
     for path in sorted(tree.rglob("*.py")):
         try:
-            text = path.read_text(encoding="utf-8")
-            cst.parse_module(text)
-        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError, SyntaxError, RecursionError, ValueError):
-            continue  # what libcst cannot parse is not compared
-        found.append((path, text))
+            found.append((path, path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            continue
     return found
 
 
-def fidelity(sources: Iterable[tuple[Path, str]], shown: int = 5) -> dict[str, Any]:
-    """How many sources build a tree equal to libcst's, differ, or fall back to libcst."""
-    from loopcheck.lint.syntax import parse_module
-
-    same, fallback, differ = 0, 0, []
+def fidelity(sources: Iterable[tuple[Path, str]], shown: int = 5) -> tuple[dict[str, Any], list[tuple[Path, str]]]:
+    """How many sources build a tree equal to libcst's, differ, or fall back to libcst; and the
+    sources libcst parses (what it cannot parse is not compared)."""
+    same, fallback, differ, parsed = 0, 0, [], []
     for path, text in sources:
+        try:
+            module = _libcst_parse(text)
+        except (cst.ParserSyntaxError, SyntaxError, RecursionError, ValueError):
+            continue
+        parsed.append((path, text))
         built = build(text)
         if built is None:
             fallback += 1
             continue
-        where = difference(parse_module(text), built)
+        where = difference(module, built)
         if where is None:
             same += 1
         else:
             differ.append(f"{path}: {where}")
-    return {"same": same, "fallback": fallback, "differ": len(differ), "examples": differ[:shown]}
+    return {"same": same, "fallback": fallback, "differ": len(differ), "examples": differ[:shown]}, parsed
 
 
 def parse_times(sources: list[tuple[Path, str]], repeat: int) -> tuple[float, float]:
     """Medians of libcst's parse and of building from `ast` (libcst where it falls back), over
     the same sources, interleaved, with the collector paused as the engine pauses it."""
-    from loopcheck.lint.syntax import parse_module
-
     def native() -> None:
         for _, text in sources:
-            parse_module(text)
+            _libcst_parse(text)
 
     def built() -> None:
         for _, text in sources:
             if build(text) is None:
-                parse_module(text)
+                _libcst_parse(text)
     times: dict[str, list[float]] = {"native": [], "built": []}
     enabled = gc.isenabled()
     gc.disable()
@@ -888,8 +879,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{tree}: not a directory")
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for tree in args.tree:
-        sources = _sources(tree)
-        found = fidelity(sources)
+        found, sources = fidelity(_sources(tree))
         native, built = parse_times(sources, args.repeat)
         print(f"{tree}: {len(sources)} files; {found['same']} built equal to libcst's parse, {found['differ']} "
               f"different, {found['fallback']} parsed by libcst instead")

@@ -62,6 +62,7 @@ CONSTRUCTS = {
     "classes": "class Trainer(Base, metaclass=Meta):\n    '''Doc.'''\n    rate = 0.1\n",
     "with items": "with open(p) as fh, torch.no_grad():\n    pass\nwith (a as b, c as d):\n    pass\n",
     "empty and comments": "# only a comment\n",
+    "a form feed between statements": "x = 'a'\n\x0c\ndef f():\n    return 'b'\n",
     "full-width punctuation in a comment": "x = 1  # 学習率（初期値）：０．１\n",
 }
 
