@@ -56,6 +56,24 @@ class FileContext:
         _LAST_MODEL[:] = [run, self.module, self.path, model] if run is not None else []
         return model
 
+    def on_parsed_tree(self) -> "FileContext":
+        """This file's context on libcst's parse of its source, for what edits a tree and renders
+        it (the fixes): a tree built from `ast` holds no whitespace or comments. The loop model is
+        copied, with each node of this file replaced by its counterpart in the parse (the two
+        trees have the same shape)."""
+        if getattr(self.module, "positions", None) is None:
+            return self
+        from loopcheck.lint.positions import register_source
+        from loopcheck.lint.syntax import parse_module
+        from loopcheck.lint.tree_pairs import pairs, translated
+
+        parsed = parse_module(self.source)
+        register_source(parsed, self.source)
+        nodes = {id(built): node for built, node in pairs(self.module, parsed)}
+        found = FileContext(self.path, self.source, parsed, self.project)
+        found.__dict__["model"] = translated(self.model, nodes)
+        return found
+
     def span(self, node: cst.CSTNode) -> Span:
         """Position of a node of this file's module (computed on demand, never for the whole tree)."""
         from loopcheck.lint.positions import span_of

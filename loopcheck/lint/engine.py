@@ -315,7 +315,7 @@ def _analyse(
 
     from loopcheck.lint.positions import register_source
     from loopcheck.lint.context import FileContext
-    from loopcheck.lint.syntax import parse_module
+    from loopcheck.lint.syntax import read_module
     from loopcheck.lint.rules.base import all_rules, required_pattern
 
     module = parsed
@@ -323,7 +323,7 @@ def _analyse(
         module = project.parsed_as(path, text)
     try:
         if module is None:
-            module = parse_module(text)
+            module = read_module(text)
             if hasattr(project, "parses"):
                 project.parses[os.path.abspath(path)] += 1
     except cst.ParserSyntaxError as exc:

@@ -14,10 +14,11 @@ character (the SARIF convention), so a one-character node at column 5 ends at co
 from __future__ import annotations
 
 import ast
+import weakref
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -27,6 +28,7 @@ from loopcheck.lint.summary import ast_tree
 
 if TYPE_CHECKING:
     from loopcheck.lint.context import FileContext
+    from loopcheck.lint.span_positions import SpanPositions
 
 
 @dataclass(frozen=True)
@@ -558,21 +560,54 @@ def _position(items: Sequence[cst.CSTNode], item: cst.CSTNode) -> int:
 
 def register_source(module: cst.Module, source: str) -> None:
     """Tell where a parsed module's text is (its `code` without rendering it): positions of
-    its nodes are then found one statement at a time."""
-    facts(module)["positions.source"] = StatementPositions(module, source)
+    its nodes are then found one statement at a time. A tree built from `ast` knows its own."""
+    if getattr(module, "positions", None) is None:
+        facts(module)["positions.source"] = StatementPositions(module, source)
 
 
-def positions_for(module: cst.Module) -> "StatementPositions | PositionTable":
-    """The cheapest position source of a module: statement by statement when its text was
-    registered, else the whole-module table."""
-    found = known(module, "positions.source")
+def positions_for(module: cst.Module) -> "StatementPositions | PositionTable | SpanPositions":
+    """The cheapest position source of a module: its own for a tree built from `ast`, statement
+    by statement when its text was registered, else the whole-module table."""
+    found = getattr(module, "positions", None) or known(module, "positions.source")
     return found if found is not None else table_for(module)
 
 
 def source_of(module: cst.Module) -> str:
-    """A module's text: the registered source, else a render of the module."""
-    found = known(module, "positions.source")
+    """A module's text: the built or registered source, else a render of the module."""
+    found = getattr(module, "positions", None) or known(module, "positions.source")
     return found.source if found is not None else table_for(module).code
+
+
+def node_code(node: cst.CSTNode, module: cst.Module | None = None) -> str:
+    """What `module.code_for_node(node)` gives (the node's source text; a statement dedented),
+    also for a node of a tree built from `ast`, which holds no whitespace or comments of its own.
+    `module`: the parsed module holding the node, if known (it gives the indentation)."""
+    ref = _BUILT_NODES.get(id(node))
+    if ref is not None:
+        where = ref()
+        if where is not None:
+            return where.render(node)
+    return (module or _EMPTY).code_for_node(node)
+
+
+# id(node) -> a weak reference to the positions of the built tree holding it. An entry goes when
+# those positions do, with their module: never while the node can be alive in its tree.
+_BUILT_NODES: dict[int, "weakref.ref[SpanPositions]"] = {}
+
+
+def register_built(where: "SpanPositions", nodes: Iterable[int]) -> None:
+    """Make `node_code` answer for the nodes with these ids from `where`, as long as it lives."""
+    keys = list(nodes)
+
+    def forget(ref: "weakref.ref[SpanPositions]", table: dict = _BUILT_NODES) -> None:
+        for key in keys:
+            if table.get(key) is ref:
+                del table[key]
+    ref = weakref.ref(where, forget)
+    _BUILT_NODES.update(dict.fromkeys(keys, ref))
+
+
+_EMPTY = cst.Module(body=[])
 
 
 def node_span(module: cst.Module, node: cst.CSTNode) -> tuple[int, int, int, int]:

@@ -401,13 +401,13 @@ class Project:
             import libcst as cst
 
             from loopcheck.lint.positions import register_source
-            from loopcheck.lint.syntax import parse_module
+            from loopcheck.lint.syntax import read_module
 
             try:
                 with self._unrecorded():
                     data = self.read(path)
                 self.parses[key] += 1
-                module = parse_module(data)
+                module = read_module(data)
                 source = data.decode(module.encoding)  # what `module.code` renders, without rendering it
                 if source.startswith("\ufeff"):
                     source = source[1:]

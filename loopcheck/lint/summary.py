@@ -177,7 +177,7 @@ def _suite(suite: "cst.BaseSuite") -> list:
 
 def _base_text(module: "cst.Module", arg: "cst.Arg") -> str:
     """A base class as `ast.unparse` writes it (`summarize` keeps that text)."""
-    text = module.code_for_node(arg.value).strip()
+    text = module.code_for_node(arg.value).strip()  # normalised below: a built tree's rendering will do
     try:
         text = ast.unparse(ast.parse(text, mode="eval").body)
     except (SyntaxError, ValueError, RecursionError):

@@ -107,11 +107,6 @@ def string_value(node: cst.CSTNode | None) -> str | None:
     return None
 
 
-def code_of(node: cst.CSTNode) -> str:
-    """The source text of a node."""
-    return cst.Module([]).code_for_node(node)
-
-
 def first_arg(call: cst.Call, index: int = 0, keyword: str | None = None) -> cst.BaseExpression | None:
     """The value passed as `keyword=`, else the `index`-th positional argument, else None."""
     positional = [a for a in call.args if a.keyword is None and not a.star]

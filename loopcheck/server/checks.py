@@ -22,6 +22,7 @@ from loopcheck.findings import Finding
 from loopcheck.lint.command import apply_config, enabled_for
 from loopcheck.lint.config import Config
 from loopcheck.lint.output import FileError
+from loopcheck.lint.syntax import parse_module
 from loopcheck.server.reparse import Parsed, reparse
 
 UNTITLED = "<untitled>"  # the engine's name for a buffer that is not a file: no local imports
@@ -66,7 +67,7 @@ def diagnose(path: Path | None, text: str, config: Config) -> Diagnosis:
     if project is not None:
         project.overlay(path, None if _disk_text(path) == data else text)
         previous = _LAST.get(path)
-        parsed = reparse(previous, text) if previous is not None else None
+        parsed = reparse(previous, text) if previous is not None else _parsed(text)
     result = check_source(text, _name(path), enabled=enabled_for(config, where), project=project,
                           on_disk=project is not None, parsed=parsed.module if parsed is not None else None)
     if project is not None:
@@ -74,6 +75,16 @@ def diagnose(path: Path | None, text: str, config: Config) -> Diagnosis:
     outcome = apply_config(where, config, result, data)
     own = str(where.resolve())
     return Diagnosis([f for f in outcome.findings if f.path == own], outcome.errors)
+
+
+def _parsed(text: str) -> Parsed | None:
+    """libcst's parse of a buffer's first text, which later edits splice into (the lint's own
+    read builds trees from `ast`, which do not render as their text); None where libcst cannot
+    parse it (the engine reports why)."""
+    try:
+        return Parsed(text, parse_module(text))
+    except Exception:  # noqa: BLE001 - any failure: the engine reads the text and reports it
+        return None
 
 
 def _remember(path: Path, text: str, parsed: Parsed | None, project: object) -> None:

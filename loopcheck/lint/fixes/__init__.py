@@ -65,6 +65,7 @@ def attach_fixes(findings: list[Finding], ctx: "FileContext") -> list[Finding]:
     """Fill the `fix` field of the findings that have a fixer (the others are returned as is)."""
     if not any(f.code in FIXERS and f.fix is None for f in findings):
         return findings
+    ctx = ctx.on_parsed_tree()
     out = []
     for f in findings:
         if f.code in FIXERS and f.fix is None:

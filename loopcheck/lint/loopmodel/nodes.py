@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.syntax import child_nodes, walk_pruned
 from loopcheck.lint.values import dotted, string_value
 
@@ -163,7 +164,7 @@ def _is_ema_helper(fdef: cst.FunctionDef) -> bool:
     name = fdef.name.value.lower()
     if not re.search(r"(^|_)(ema|swa|moving_average|average)(_|$)|ema$|^ema", name):
         return False
-    code = cst.Module(body=[]).code_for_node(fdef.body)
+    code = node_code(fdef.body)
     if re.search(r"\.grad\b(?!_)", code):
         return False  # `average_gradients(model, n)`: scales gradients, averages no weights
     return bool(re.search(r"\.(lerp_|mul_|add_|copy_)\(|\blerp\(", code))

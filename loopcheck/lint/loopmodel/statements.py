@@ -23,6 +23,7 @@ from loopcheck.lint.loopmodel.nodes import (
 from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
 from loopcheck.lint.loopmodel.units import _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
+from loopcheck.lint.positions import node_code
 
 
 class BuilderStatements:
@@ -542,7 +543,7 @@ def _filtered_iteration(iter_node: cst.BaseExpression, text: str) -> bool:
     keeps trainable parameters or those with a gradient."""
     node = iter_node
     if type(node) is cst.ListComp or type(node) is cst.GeneratorExp:
-        return any(_selects_parameters(cst.Module(body=[]).code_for_node(c.test)) for c in node.for_in.ifs)
+        return any(_selects_parameters(node_code(c.test)) for c in node.for_in.ifs)
     return "filter(" in text and "requires_grad" not in text and ".grad is not None" not in text
 
 

@@ -12,6 +12,7 @@ import libcst as cst
 from loopcheck.lint.loopmodel.facts import Role
 from loopcheck.lint.loopmodel.nodes import _ATOMS, _dotted, _target_names, _walk_statements
 from loopcheck.lint.loopmodel.torch_api import EMA_CLASSES, OPTIMIZER_CLASSES, SCHEDULER_CLASSES, _EMA_RE
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.summary import MODULE_PART
 
 if TYPE_CHECKING:
@@ -287,12 +288,12 @@ class _Unit:
     def _render(self, node: cst.CSTNode) -> str:
         if isinstance(node, (cst.BaseExpression, cst.Parameters)) and type(node) is not cst.StarredElement:
             # these render exactly their source text (others may add a trailing comma)
-            return self.module.code_for_node(node).strip()
+            return node_code(node, self.module).strip()
         from loopcheck.lint.positions import positions_for
 
         found = positions_for(self.module).text(node)
         if found is None:
-            found = self.module.code_for_node(node)
+            found = node_code(node, self.module)
         return found.strip()
 
     def qualify(self, node: cst.BaseExpression) -> str | None:

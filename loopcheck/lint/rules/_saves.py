@@ -17,9 +17,9 @@ from typing import Iterator
 import libcst as cst
 
 from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._shared import Trace
 from loopcheck.lint.context import FileContext
-from loopcheck.lint.values import code_of
 
 K = EventKind
 
@@ -292,7 +292,7 @@ def _reloads_after(load: Event, save: Event) -> bool:
 def _first_arg_text(call: cst.Call | None) -> str:
     if call is None or not call.args:
         return ""
-    return code_of(call.args[0].value)
+    return node_code(call.args[0].value)
 
 
 def name_of(model: ModuleModel, role: Role, default: str) -> str:

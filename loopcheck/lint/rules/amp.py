@@ -16,7 +16,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
-from loopcheck.lint.positions import node_span
+from loopcheck.lint.positions import node_code, node_span
 from loopcheck.lint.rules._display import at, shown
 from loopcheck.lint.rules._shared import Trace, iteration_loop, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule
@@ -80,7 +80,7 @@ def _scaler_step_nodes(trace: Trace) -> set[int]:
 
 def _text(event: Event) -> str:
     module = event.module
-    return module.code_for_node(event.node).strip() if module is not None else "p.grad.mul_(...)"
+    return node_code(event.node, module).strip() if module is not None else "p.grad.mul_(...)"
 
 
 def _optimizer_of(event: Event) -> str | None:

@@ -12,6 +12,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import Event, EventKind, ModuleModel, Role, SchedulerCadence
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._saves import EMA, OPTIMIZER, PROGRESS, RNG, SCALER, SCHEDULER, Facts, Saved, name_of
 from loopcheck.lint.rules._shared import Trace, nodes_of, whole_word
 from loopcheck.lint.rules._display import at as cited
@@ -19,7 +20,7 @@ from loopcheck.lint.rules.zero_grad import stepped_optimizer
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.saved_files import ProjectFiles
 from loopcheck.lint.torch_range import declared_floor, floor_text
-from loopcheck.lint.values import code_of, index_for
+from loopcheck.lint.values import index_for
 
 K = EventKind
 
@@ -285,7 +286,7 @@ class TorchLoadUnsafe(Rule):
             if any(a.star == "**" for a in call.args):
                 continue
             given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "weights_only"), None)
-            path = code_of(call.args[0].value) if call.args and call.args[0].keyword is None else ""
+            path = node_code(call.args[0].value) if call.args and call.args[0].keyword is None else ""
             if given is not None:
                 if not (isinstance(given, cst.Name) and given.value == "False") or not _from_outside(path) or path in saved_to:
                     continue

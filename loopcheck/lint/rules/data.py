@@ -18,10 +18,11 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Binding, EventKind, Loop, LoopKind, Role
 from loopcheck.lint.loopmodel.facts import _Placed
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.project import parse_path
 from loopcheck.lint.rules._display import at as cited, shown
 from loopcheck.lint.rules.base import FileContext, Rule
-from loopcheck.lint.values import Flow, ModuleIndex, Where, code_of, dotted, first_arg, index_for, keyword_arg
+from loopcheck.lint.values import Flow, ModuleIndex, Where, dotted, first_arg, index_for, keyword_arg
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 _SHUFFLE_AT, _SAMPLER_AT, _BATCH_SAMPLER_AT = 2, 3, 4
@@ -81,7 +82,7 @@ def _generator_source(flow: Flow, index: ModuleIndex, expr: cst.BaseExpression) 
     if not any(isinstance(n, cst.Yield) for n in nodes):
         return None
     loops_over = any(
-        isinstance(n, cst.For) and first in {code_of(n.iter), code_of(n.iter).removeprefix("iter(").removesuffix(")")}
+        isinstance(n, cst.For) and first in {node_code(n.iter), node_code(n.iter).removeprefix("iter(").removesuffix(")")}
         for n in nodes
     )
     return call.args[0].value if loops_over else None
@@ -124,7 +125,7 @@ def _one_of_loaders(flow: Flow, loop: Loop) -> _Loader | None:
         if isinstance(expr, cst.DictComp):
             value = expr.value
             if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] == "DataLoader":
-                return _Loader(code_of(node.iter), index, value)
+                return _Loader(node_code(node.iter), index, value)
             return None
         values = flow.values_of(index, expr, at) if isinstance(expr, (cst.Name, cst.Attribute)) else []
         if len(values) != 1 or values[0][3] is not None:
@@ -252,7 +253,7 @@ class SamplerSetEpochMissing(Rule):
             arg = _arg(loader.call, "sampler", _SAMPLER_AT)
             if arg is None or _is_none(arg):
                 continue
-            if not self._all_elsewhere(targets, loader.name, {dotted(arg.value), code_of(arg.value)}, samplers):
+            if not self._all_elsewhere(targets, loader.name, {dotted(arg.value), node_code(arg.value)}, samplers):
                 continue
             sampler = self._distributed_sampler(flow, loader.index, arg.value, loader.call)
             if sampler is None or {id(sampler.node), id(loader.call)} & reported or _inside(sampler.index, sampler.node, epoch):
@@ -290,7 +291,7 @@ class SamplerSetEpochMissing(Rule):
                 arg = _arg(binding.call, "sampler", _SAMPLER_AT)
                 if arg is not None and not _is_none(arg):
                     # the model names `loader.sampler` by the sampler's expression
-                    for text in (dotted(arg.value), code_of(arg.value)):
+                    for text in (dotted(arg.value), node_code(arg.value)):
                         if text:
                             out[text] = name
         return out
@@ -348,7 +349,7 @@ def _ignores_index(getitem: cst.CSTNode) -> bool:
     if len(params) != 2:
         return False
     name = params[1].name.value
-    return re.search(rf"\b{re.escape(name)}\b", code_of(getitem.body)) is None
+    return re.search(rf"\b{re.escape(name)}\b", node_code(getitem.body)) is None
 
 
 def _built_one_way(choice: cst.IfExp) -> cst.Call | None:
@@ -370,7 +371,7 @@ def _builds_distributed_sampler(flow: Flow, index: ModuleIndex, call: cst.Call) 
         return False
     classes = flow.bases(found)
     if not any(
-        (current.index.qualify(base.value) or code_of(base.value)).rpartition(".")[2] == "DistributedSampler"
+        (current.index.qualify(base.value) or node_code(base.value)).rpartition(".")[2] == "DistributedSampler"
         for current in classes
         for base in current.node.bases  # type: ignore[attr-defined]
         if isinstance(base.value, (cst.Name, cst.Attribute))
@@ -381,7 +382,7 @@ def _builds_distributed_sampler(flow: Flow, index: ModuleIndex, call: cst.Call) 
         if "set_epoch" in methods:
             return False  # its own epoch handling: not guessed
         if "__iter__" in methods:
-            return "self.epoch" in code_of(methods["__iter__"])
+            return "self.epoch" in node_code(methods["__iter__"])
     return True
 
 
@@ -411,7 +412,7 @@ class TrainLoaderNotShuffled(Rule):
             reported.add(id(call))
             how = "shuffle=False" if shuffle is not None else "no shuffle"
             sampler = _arg(call, "sampler", _SAMPLER_AT)
-            none = "no sampler" if _is_none(sampler) else f"its sampler `{code_of(sampler.value)}` can be None"  # type: ignore[union-attr]
+            none = "no sampler" if _is_none(sampler) else f"its sampler `{node_code(sampler.value)}` can be None"  # type: ignore[union-attr]
             for at in _report_at(flow, loop, loader.index, call):
                 where = "" if at is call else (
                     f" (iterated at {cited(loop)})" if isinstance(at, _Built) else f" (built at {Where(loader.index, call).label(ctx.path)})")
@@ -435,7 +436,7 @@ class TrainLoaderNotShuffled(Rule):
             where_index, expr, node, _ = values[0]
             seen.append(expr)
         for expr in seen:
-            text = code_of(expr)
+            text = node_code(expr)
             compact = text.replace(" ", "")
             # (a dataset built with its own `shuffle=` argument orders its items itself)
             if _STREAMING.search(text) or ".shuffle(" in text or "streaming=True" in compact or _OWN_SHUFFLE.search(compact):
@@ -459,14 +460,14 @@ def _orders_itself(flow: Flow, cls: Where) -> bool:
         node = current.node
         assert isinstance(node, cst.ClassDef)
         methods = current.index.methods(node)
-        if any(_SHUFFLES.search(code_of(m)) for m in methods.values()):
+        if any(_SHUFFLES.search(node_code(m)) for m in methods.values()):
             return True
         if "__getitem__" in methods and not indexes and _ignores_index(methods["__getitem__"]):
             return True  # the `__getitem__` instances use (a base's is overridden)
         iterates = iterates or "__iter__" in methods
         indexes = indexes or "__getitem__" in methods
         for base in node.bases:
-            if _STREAMING.search(code_of(base.value)):
+            if _STREAMING.search(node_code(base.value)):
                 return True
     return iterates and not indexes
 

@@ -16,6 +16,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._shared import Trace, exclusive, guard_key, inside, outermost
 from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule, module_nodes
@@ -149,7 +150,7 @@ def _arguments_text(event: Event) -> str:
     if not isinstance(node, cst.Call):
         return ""
     try:
-        return " ".join(cst.Module(body=[]).code_for_node(a.value) for a in node.args)
+        return " ".join(node_code(a.value) for a in node.args)
     except Exception:  # a node libcst cannot print alone
         return ""
 
@@ -190,7 +191,7 @@ def _comprehension_over_data(event: Event) -> str | None:
     while node is not None and not isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda)):
         if isinstance(node, _COMPREHENSIONS):
             try:
-                text = event.module.code_for_node(node.for_in.iter)
+                text = node_code(node.for_in.iter, event.module)
             except Exception:  # a node libcst cannot print alone
                 return None
             return text if _DATA_ITER.search(text) else None
@@ -290,7 +291,7 @@ def _function_source(event: Event) -> str:
     if node is None:
         return ""
     try:
-        return event.module.code_for_node(node)
+        return node_code(node, event.module)
     except Exception:  # a node libcst cannot print alone
         return ""
 
@@ -525,7 +526,7 @@ def _built_here(model: ModuleModel, target: str | None) -> bool:
 
 def _loop_source(ctx: FileContext, loop: Loop) -> str:
     try:
-        return cst.Module(body=[]).code_for_node(loop.node)
+        return node_code(loop.node)
     except Exception:  # a node libcst cannot print alone: treat as plain code
         return ""
 

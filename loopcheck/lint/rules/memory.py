@@ -21,6 +21,7 @@ import libcst as cst
 from loopcheck.findings import Finding
 from loopcheck.lint.memo import fact
 from loopcheck.lint.loopmodel import EventKind, Role
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._shared import classes_of, nodes_of
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import (
@@ -33,7 +34,6 @@ from loopcheck.lint.values import (
     ModuleIndex,
     Obj,
     Where,
-    code_of,
     dotted,
     first_arg,
     is_torch,
@@ -294,7 +294,7 @@ class _ActivationIntoLoss(Rule):
             found = flow.activation(index, arg, call)
             if found is None or found.act != self.act:
                 continue
-            yield self.finding(ctx, call, self.message(ctx, code_of(arg), found, sink))
+            yield self.finding(ctx, call, self.message(ctx, node_code(arg), found, sink))
 
     def message(self, ctx: FileContext, arg: str, found: Activation, sink: Sink) -> str:
         raise NotImplementedError
@@ -415,7 +415,7 @@ def _names_in(index: ModuleIndex, expr: cst.CSTNode) -> set[str]:
 
 
 def _key(expr: cst.BaseExpression) -> str:
-    return dotted(expr) or code_of(expr)
+    return dotted(expr) or node_code(expr)
 
 
 def _root(expr: cst.BaseExpression) -> str | None:
@@ -664,7 +664,7 @@ def _stores_detached(flow: LossFlow, index: ModuleIndex, call: cst.Call) -> bool
     known = fact(method.index.module, "memory.stores_detached", dict)  # rendering the method is the cost
     found = known.get(id(method.node))
     if found is None:
-        found = known[id(method.node)] = bool(_DETACHED_TEXT.search(method.index.module.code_for_node(method.node)))
+        found = known[id(method.node)] = bool(_DETACHED_TEXT.search(node_code(method.node, method.index.module)))
     return found
 
 

@@ -16,7 +16,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
-from loopcheck.lint.positions import node_span
+from loopcheck.lint.positions import node_code, node_span
 from loopcheck.lint.rules._saves import (
     OPTIMIZER,
     PROGRESS,
@@ -32,7 +32,7 @@ from loopcheck.lint.rules._saves import (
 )
 from loopcheck.lint.rules._shared import Trace, call_site, module_of, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule, module_nodes, walk, walk_pruned
-from loopcheck.lint.values import ModuleIndex, code_of, dotted, index_for
+from loopcheck.lint.values import ModuleIndex, dotted, index_for
 
 K = EventKind
 
@@ -151,10 +151,10 @@ def _argument_for(param: str, site: CallSite, path: str, line: int, ctx: FileCon
         return None
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == param:
-            return caller_module.code_for_node(arg.value).strip()
+            return node_code(arg.value, caller_module).strip()
     positional = [a for a in call.args if a.keyword is None]
     if param in params and params.index(param) < len(positional):
-        return caller_module.code_for_node(positional[params.index(param)].value).strip()
+        return node_code(positional[params.index(param)].value, caller_module).strip()
     return None
 
 
@@ -552,7 +552,7 @@ def _restored_by_hand(index: ModuleIndex) -> set[str]:
             parent = up.get(id(node))
             items.add(SCHEDULER if isinstance(parent, cst.AssignTarget) else PROGRESS)
     for arg in nodes_of(module, cst.Arg):
-        if arg.keyword is not None and arg.keyword.value == "last_epoch" and code_of(arg.value) != "-1":
+        if arg.keyword is not None and arg.keyword.value == "last_epoch" and node_code(arg.value) != "-1":
             items.add(SCHEDULER)
     return items
 

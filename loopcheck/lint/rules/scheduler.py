@@ -25,6 +25,7 @@ from loopcheck.lint.loopmodel import (
     Role,
     SchedulerCadence,
 )
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._display import at, shown
 from loopcheck.lint.rules._shared import inside
 from loopcheck.lint.rules.base import FileContext, Rule
@@ -112,7 +113,7 @@ def _sized_in_epochs_only(binding: Binding) -> bool:
     """`OneCycleLR(opt, max_lr, total_steps=args.epochs)`: a step schedule sized to be run per epoch."""
     if binding.call is None:
         return False
-    values = " ".join(cst.Module(body=[]).code_for_node(a.value) for a in binding.call.args[1:])
+    values = " ".join(node_code(a.value) for a in binding.call.args[1:])
     return bool(_EPOCH_WORD.search(values)) and not _STEP_WORD.search(values)
 
 

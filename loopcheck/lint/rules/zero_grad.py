@@ -20,6 +20,7 @@ import libcst as cst
 
 from loopcheck.findings import Finding
 from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleModel, Role
+from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._display import at, shown
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import dotted
@@ -430,7 +431,7 @@ _MICRO_BATCH_ITER = re.compile(r"chunk|split|micro|accum|range\(\s*0\s*,[^,]+,",
 
 
 def _loop_text(ctx: FileContext, loop: Loop) -> str:
-    return ctx.module.code_for_node(loop.node) if loop.path == ctx.path else ""
+    return node_code(loop.node, ctx.module) if loop.path == ctx.path else ""
 
 
 def _scaled_by_design(ctx: FileContext, view: _LoopView) -> bool:
