@@ -1,6 +1,6 @@
 """Trees built from `ast` against libcst's parse: how faithful, how fast, and what they save the lint.
 
-The lint reads every module through `syntax.read_module`, which builds its libcst tree from Python's
+The lint reads every module through `tree_from_ast.read_module`, which builds its libcst tree from Python's
 own `ast` (`tree_from_ast`), with positions and texts from the `ast` spans, and parses with libcst
 only where the builder cannot reproduce the source. This measures that choice:
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import libcst as cst  # noqa: E402
 
-from loopcheck.lint import summary, syntax  # noqa: E402
+from loopcheck.lint import summary, tree_from_ast  # noqa: E402
 from loopcheck.lint.syntax import parse_module  # noqa: E402
 from loopcheck.lint.tree_from_ast import build  # noqa: E402
 from loopcheck.lint.tree_pairs import difference  # noqa: E402
@@ -110,13 +110,14 @@ def lint_times(tree: Path, jobs: int, repeat: int, shown: int = 5) -> tuple[floa
     failed: dict[str, list[str]] = {"native": [], "built": []}
     for _ in range(repeat):
         for name in ("native", "built"):
-            syntax.FROM_AST = name == "built"  # the pool's workers start from this process
+            tree_from_ast.FROM_AST = name == "built"  # the pool's workers start from this process
+            summary._TREES.clear()  # no `ast` tree of the last run is kept for this one
             try:
                 start = time.perf_counter()
                 report = check_paths([tree], jobs=jobs)
                 times[name].append(time.perf_counter() - start)
             finally:
-                syntax.FROM_AST = True
+                tree_from_ast.FROM_AST = True
             found[name] = sorted((f.path, f.line, f.column, f.end_line, f.end_column, f.code, f.message, repr(f.fix))
                                  for f in report.findings)
             failed[name] = [f"{e.path}: {e.message}" for e in report.errors]

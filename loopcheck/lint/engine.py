@@ -315,7 +315,7 @@ def _analyse(
 
     from loopcheck.lint.positions import register_source
     from loopcheck.lint.context import FileContext
-    from loopcheck.lint.syntax import read_module
+    from loopcheck.lint.tree_from_ast import read_module
     from loopcheck.lint.rules.base import all_rules, required_pattern
 
     module = parsed

@@ -401,7 +401,7 @@ class Project:
             import libcst as cst
 
             from loopcheck.lint.positions import register_source
-            from loopcheck.lint.syntax import read_module
+            from loopcheck.lint.tree_from_ast import read_module
 
             try:
                 with self._unrecorded():

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from loopcheck.lint.positions import StatementPositions, line_column, line_starts, node_span, register_built
-from loopcheck.lint.tree_from_ast import parenthesized
+from loopcheck.lint.syntax import parse_module
+from loopcheck.lint.tree_pairs import pairs
 
 if TYPE_CHECKING:
     from loopcheck.lint.tree_from_ast import BuiltModule, _Builder
@@ -160,9 +161,19 @@ class SpanPositions:
     def twin(self) -> tuple[StatementPositions, dict[int, cst.CSTNode]]:
         """libcst's parse of the source, with its positions, and id(built node) -> its node there."""
         if self._twin is None:
-            from loopcheck.lint.syntax import parse_module
-            from loopcheck.lint.tree_pairs import pairs
-
             parsed = parse_module(self.source)
             self._twin = StatementPositions(parsed, self.source), {id(a): b for a, b in pairs(self._body, parsed.body)}
         return self._twin
+
+
+def parenthesized(text: str) -> bool:
+    """Whether `text` is wholly inside one pair of parentheses (strings are not looked into: a
+    subscript's tuple of plain indexes)."""
+    if not text.startswith("("):
+        return False
+    depth = 0
+    for i, c in enumerate(text):
+        depth += (c in "([{") - (c in ")]}")
+        if depth == 0:
+            return i == len(text) - 1
+    return False

@@ -59,23 +59,6 @@ def parse_module(source: str | bytes) -> cst.Module:
         cst.CSTNode.__post_init__ = _VALIDATE  # type: ignore[method-assign]
 
 
-# Whether `read_module` builds trees from `ast` (the benchmark and the tests compare both ways).
-FROM_AST = True
-
-
-def read_module(source: str | bytes) -> cst.Module:
-    """The libcst tree of a module's source, as the lint reads it: built from Python's `ast`
-    (`tree_from_ast`, several times cheaper) with the positions of its nodes, or libcst's parse
-    where the builder does not reproduce the source (which also raises libcst's errors)."""
-    if FROM_AST:
-        from loopcheck.lint.tree_from_ast import build
-
-        built = build(source)
-        if built is not None:
-            return built
-    return parse_module(source)
-
-
 def _child_fields(tp: type) -> tuple[str, ...]:
     found = _FIELDS.get(tp)
     if found is None:

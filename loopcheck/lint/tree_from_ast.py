@@ -1,4 +1,4 @@
-"""libcst trees built from Python's `ast`: the lint's parse.
+"""libcst trees built from Python's `ast`: the lint's parse (`read_module`).
 
 libcst's parser is native code and still the largest single cost of a lint run; Python's own `ast`
 parser is several times faster. `build` makes, from the `ast` tree and the source text, the tree
@@ -11,7 +11,9 @@ and the caller parses with libcst.
 
 A built tree does not render back to its source, so the positions and texts of its nodes come from
 the `ast` spans (`span_positions.SpanPositions`, held by the `BuiltModule`), and fixes, which edit
-a tree and render it, are made on libcst's parse of the file (`fixes.attach_fixes`).
+a tree and render it, are made on libcst's parse: of the one statement a local fix edits
+(`fixes.fragment`), else of the whole file with the loop model mapped onto it
+(`FileContext.on_parsed_tree`).
 """
 
 from __future__ import annotations
@@ -21,17 +23,15 @@ import dataclasses
 import re
 import unicodedata
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import libcst as cst
 from libcst import MaybeSentinel
 
 from loopcheck.lint.positions import line_starts, register_source
+from loopcheck.lint.span_positions import SpanPositions, parenthesized
 from loopcheck.lint.summary import ast_tree
 from loopcheck.lint.syntax import module_nodes, parse_module
-
-if TYPE_CHECKING:
-    from loopcheck.lint.span_positions import SpanPositions
 
 T = TypeVar("T")
 
@@ -138,10 +138,23 @@ def build(source: str | bytes) -> BuiltModule | None:
         module = builder.module(tree)
     except (Unsupported, ValueError, RecursionError):
         return None
-    from loopcheck.lint.span_positions import SpanPositions
-
     object.__setattr__(module, "positions", SpanPositions(module, builder))
     return module
+
+
+# Whether `read_module` builds trees from `ast` (the benchmark and the tests compare both ways).
+FROM_AST = True
+
+
+def read_module(source: str | bytes) -> cst.Module:
+    """The libcst tree of a module's source, as the lint reads it: built from Python's `ast`
+    with the positions of its nodes, or libcst's parse where the builder does not reproduce the
+    source (which also raises libcst's errors)."""
+    if FROM_AST:
+        built = build(source)
+        if built is not None:
+            return built
+    return parse_module(source)
 
 
 def _identifier_changes(source: str) -> bool:
@@ -557,19 +570,6 @@ def _string_tokens(text: str) -> list[tuple[int, str]]:
     if not out:
         raise Unsupported("string")
     return out
-
-
-def parenthesized(text: str) -> bool:
-    """Whether `text` is wholly inside one pair of parentheses (strings are not looked into: a
-    subscript's tuple of plain indexes)."""
-    if not text.startswith("("):
-        return False
-    depth = 0
-    for i, c in enumerate(text):
-        depth += (c in "([{") - (c in ")]}")
-        if depth == 0:
-            return i == len(text) - 1
-    return False
 
 
 def _after(a: ast.AST, b: ast.AST) -> bool:

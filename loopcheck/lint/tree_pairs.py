@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
-from typing import Any, Iterable
+from typing import Any, Iterator
 
 import libcst as cst
+
+from loopcheck.lint.syntax import child_nodes
 
 _TRIVIA = {"lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators", "header", "footer",
            "newline", "indent", "trailing_whitespace", "equal", "colon", "second_colon", "lbracket", "rbracket",
@@ -52,16 +54,15 @@ def difference(a: Any, b: Any) -> str | None:
     return None
 
 
-def pairs(a: Any, b: Any) -> Iterable[tuple[cst.CSTNode, cst.CSTNode]]:
-    """The nodes of two trees of the same shape (`difference` finds none), side by side."""
-    stack = [(a, b)]
+def pairs(a: Any, b: Any) -> Iterator[tuple[cst.CSTNode, cst.CSTNode]]:
+    """The nodes of two trees of the same shape (`difference` finds none), side by side, roots
+    first (a root may be a list of statements); whitespace and punctuation nodes left out."""
+    stack = list(zip(a, b)) if isinstance(a, (list, tuple)) else [(a, b)]
+    pop, push = stack.pop, stack.extend
     while stack:
-        a, b = stack.pop()
-        if isinstance(a, cst.CSTNode):
-            yield a, b
-            stack.extend((getattr(a, name), getattr(b, name)) for name in _compared(a))
-        elif isinstance(a, (list, tuple)):
-            stack.extend(zip(a, b))
+        a, b = pop()
+        yield a, b
+        push(zip(child_nodes(a), child_nodes(b)))
 
 
 def translated(value: Any, nodes: dict[int, Any], done: dict[int, Any] | None = None) -> Any:

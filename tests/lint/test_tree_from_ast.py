@@ -10,10 +10,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from loopcheck.lint import positions, syntax
+from loopcheck.lint import positions, syntax, tree_from_ast
 from loopcheck.lint.positions import node_code, node_span, register_source
-from loopcheck.lint.syntax import parse_module, read_module
-from loopcheck.lint.tree_from_ast import BuiltModule, build
+from loopcheck.lint.syntax import parse_module
+from loopcheck.lint.tree_from_ast import BuiltModule, build, read_module
 from loopcheck.lint.tree_pairs import difference, pairs, translated
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,11 +87,11 @@ def test_read_module_builds_where_it_can_and_parses_with_libcst_elsewhere():
     assert type(read_module("match x:\n    case 1:\n        pass\n")) is cst.Module
     with pytest.raises(cst.ParserSyntaxError):  # libcst's error, with its line, as before
         read_module("def broken(:\n")
-    syntax.FROM_AST = False
+    tree_from_ast.FROM_AST = False
     try:
         assert type(read_module("x = 1\n")) is cst.Module
     finally:
-        syntax.FROM_AST = True
+        tree_from_ast.FROM_AST = True
 
 
 def test_difference_ignores_whitespace_and_names_the_first_differing_field():
@@ -198,10 +198,66 @@ def _findings(paths, jobs=1):
 
 def test_findings_and_fixes_on_the_fixtures_are_those_of_libcst_s_parse():
     built = _findings([REPO / "fixtures"])
-    syntax.FROM_AST = False
+    tree_from_ast.FROM_AST = False
     try:
         parsed = _findings([REPO / "fixtures"])
     finally:
-        syntax.FROM_AST = True
+        tree_from_ast.FROM_AST = True
     assert len(built[0]) > 100 and sum("'edits'" in f[-1] for f in built[0]) > 20
     assert built == parsed
+
+
+LOADS = {
+    "at the top level": "import torch\nstate = torch.load('last.pt')\n",
+    "in a method, one argument per line": (
+        "import torch\n\n\nclass Trainer:\n    def resume(self, path):\n        state = torch.load(\n"
+        "            path,\n            map_location='cpu',\n        )\n        self.step = state['step']\n"),
+    "after a comment, in a loop": (
+        "import torch\n\nfor name in names:\n    # the newest first\n    blob = torch.load(name, map_location=lambda s, l: s)  # cpu\n"),
+    "in a one-line suite": "import torch\n\ndef restore(path):\n    if path: return torch.load(path)\n",
+    "two on one line": "import torch\na = torch.load('a.pt'); b = torch.load('b.pt')\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOADS))
+def test_a_local_fix_on_its_statement_alone_is_the_fix_on_the_whole_parse(name):
+    """LC508's fixer edits one call: it runs on that statement parsed alone, and its edits are
+    those of the fixer run on libcst's parse of the whole file."""
+    from loopcheck.lint.api import lint_source
+
+    source = LOADS[name]
+    built = [(f.line, f.column, f.fix) for f in lint_source(source, "train.py", select="LC508")]
+    tree_from_ast.FROM_AST = False
+    try:
+        parsed = [(f.line, f.column, f.fix) for f in lint_source(source, "train.py", select="LC508")]
+    finally:
+        tree_from_ast.FROM_AST = True
+    assert built and all(fix is not None for *_, fix in built)
+    assert built == parsed
+
+
+def test_a_local_fix_parses_only_its_statement():
+    from loopcheck.lint.context import FileContext
+    from loopcheck.lint.fixes import attach_fixes
+    from loopcheck.lint.fixes.fragment import fragment_of
+    from loopcheck.lint.rules.base import all_rules
+
+    source = LOADS["in a method, one argument per line"]
+    ctx = FileContext("train.py", source, read_module(source))
+    findings = [f for rule in all_rules() if rule.code == "LC508" for f in rule().check(ctx)]
+    fragment = fragment_of(ctx, findings[0])
+    assert fragment.source == "if True:\n" + "".join(source.splitlines(keepends=True)[5:9])
+    assert fragment.shift == 4
+    parses = []
+    original = syntax.parse_module
+
+    def counted(text):
+        parses.append(text)
+        return original(text)
+    syntax.parse_module = counted
+    try:
+        fixed = attach_fixes(findings, ctx)
+    finally:
+        syntax.parse_module = original
+    assert parses == [fragment.source]  # not the whole file
+    assert fixed[0].fix["edits"][0]["line"] == 9  # a line for the new argument, before the `)`

@@ -16,7 +16,8 @@ from weakref import WeakKeyDictionary
 from loopcheck.catalog import page
 from loopcheck.findings import Finding
 from loopcheck.lint.fixes import amp, checkpoint, eval_mode, scheduler, zero_grad  # noqa: F401  (registers)
-from loopcheck.lint.fixes.base import FIXERS, SourceIndex
+from loopcheck.lint.fixes.base import FIXERS, LOCAL, SourceIndex
+from loopcheck.lint.fixes.fragment import fragment_of
 from loopcheck.lint.fixes.edits import Edit
 
 if TYPE_CHECKING:
@@ -49,23 +50,40 @@ def describe_fix(finding: Finding, ctx: "FileContext") -> dict | None:
     kind = applicability(finding.code)
     if kind == "none" or finding.path not in (None, ctx.path):
         return None
-    index = _index(ctx)
+    fragment = fragment_of(ctx, finding) if finding.code in LOCAL else None
+    local = fragment.context() if fragment is not None else None
+    if local is not None:
+        index, asked = _index(local), fragment.finding(finding)
+    else:
+        index, asked = _index(_parsed(ctx)), finding
     if not index.renders_source:
         return None
-    change = FIXERS[finding.code](index, finding)
+    change = FIXERS[finding.code](index, asked)
     if change is None:
         return None
     edits = index.edits(change.module)
+    if local is not None:
+        edits = fragment.edits(edits)
     if not edits or module_methods(ctx.source).touches(edits):
         return None
     return {"applicability": kind, "message": change.message, "edits": [e.to_dict() for e in edits]}
+
+
+def _parsed(ctx: "FileContext") -> "FileContext":
+    """The context fixers edit: on libcst's parse of the file (made once per context)."""
+    found = _PARSED.get(ctx)
+    if found is None:
+        found = _PARSED[ctx] = ctx.on_parsed_tree()
+    return found
+
+
+_PARSED: "WeakKeyDictionary[Any, FileContext]" = WeakKeyDictionary()
 
 
 def attach_fixes(findings: list[Finding], ctx: "FileContext") -> list[Finding]:
     """Fill the `fix` field of the findings that have a fixer (the others are returned as is)."""
     if not any(f.code in FIXERS and f.fix is None for f in findings):
         return findings
-    ctx = ctx.on_parsed_tree()
     out = []
     for f in findings:
         if f.code in FIXERS and f.fix is None:

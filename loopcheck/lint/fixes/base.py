@@ -36,15 +36,20 @@ class Change:
 
 Fixer = Callable[["SourceIndex", Finding], Union[Change, None]]
 FIXERS: dict[str, Fixer] = {}
+LOCAL: set[str] = set()  # codes whose fixer edits only the statement line of its finding
 
 
-def fixer(code: str) -> Callable[[Fixer], Fixer]:
-    """Register the decorated function as the fixer of `code`."""
+def fixer(code: str, *, local: bool = False) -> Callable[[Fixer], Fixer]:
+    """Register the decorated function as the fixer of `code`. `local`: it edits only the
+    statement line its finding points into and reads nothing else of the file (no loop model,
+    no imports, no other statement), so it may run on that statement parsed alone."""
 
     def register(func: Fixer) -> Fixer:
         if code in FIXERS:
             raise RuntimeError(f"two fixers for {code}")
         FIXERS[code] = func
+        if local:
+            LOCAL.add(code)
         return func
 
     return register

@@ -32,7 +32,7 @@ def _keyword(call: cst.Call, spacing: cst.BaseParenthesizableWhitespace | None) 
     return call.with_changes(args=[*args[:-1], last.with_changes(comma=separator), new])
 
 
-@fixer("LC508")
+@fixer("LC508", local=True)
 def fix_torch_load(index: SourceIndex, finding: Finding) -> Change | None:
     call = index.locate(finding, cst.Call, _is_load)
     if call is None or not call.args:
