@@ -6,13 +6,20 @@ or generator expression without its parentheses, as libcst places it); a line or
 statements runs from its first to its last statement; an argument or element is where its value
 is; a node inside an f-string is where libcst's parse of the literal alone puts it, moved to the
 literal. For any other node (rarely asked: a parameter, a keyword argument's name) the answer comes
-from libcst's parse of the source, with the two trees walked side by side; the answers are always
-the ones a parsed tree would give.
+from libcst's parse of the source, with the two trees walked side by side. Parentheses are found
+in the text (a node's own, a call's, a tuple's), past comments and line continuations.
+
+Positions and one-line texts are those libcst's positions give for the parsed tree; on real code
+(about a million nodes of the standard library, torch and forty projects) every one is. A node's
+code (`render`) is its text as written: libcst's reindents continuation lines, and gives an element
+its comma and a statement the comment lines above it.
 """
 
 from __future__ import annotations
 
+import ast
 import keyword
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -40,7 +47,7 @@ class SpanPositions:
         self.source = builder.source
         self.origin = builder.origin
         self._twin: tuple[StatementPositions, dict[int, cst.CSTNode]] | None = None
-        register_built(self, [*builder.origin, *builder.spans, *builder.groups])
+        register_built(self, [*builder.origin, *builder.spans, *builder.groups, *builder.chains])
 
     # -- answers ---------------------------------------------------------------------------
 
@@ -63,8 +70,9 @@ class SpanPositions:
             where, nodes = self.twin()
             return where.text(nodes[id(node)])
         kind = type(node)
-        if kind is cst.Index:
-            return None  # libcst gives an index no range of its own
+        if kind is cst.Index or kind is cst.ClassDef or kind is cst.With or (
+                kind is cst.ImportFrom and "(" in self.source[start:end]):
+            return None  # as libcst's positions answer (an index has no range of its own; these have `lpar`)
         if kind not in _HOLDERS and kind is not cst.Arg and self._with_own_parentheses(start, end) != (start, end):
             return None
         found = self.source[start:end]
@@ -91,6 +99,8 @@ class SpanPositions:
             indent = indent[:len(indent) - len(indent.lstrip(" \t"))]
             line_end = source.find("\n", end)
             lines = source[line_start:len(source) if line_end == -1 else line_end].split("\n")
+            if type(node) is cst.If and lines[0].startswith("elif", len(indent)):
+                lines[0] = lines[0][:len(indent)] + lines[0][len(indent) + 2:]  # alone, an `elif` is an `if`
             return "".join((line[len(indent):] if line.startswith(indent) else line) + "\n" for line in lines)
         start, end = self._with_own_parentheses(start, end)
         return source[start:end]
@@ -102,7 +112,7 @@ class SpanPositions:
         kind = type(node)
         x = self.origin.get(id(node))
         if x is None:
-            known = self.builder.spans.get(id(node))
+            known = self.builder.spans.get(id(node)) or self._chained(node)
             if known is not None:
                 return known
             placed = self.builder.placed.get(id(node))
@@ -124,39 +134,81 @@ class SpanPositions:
         b = self.builder
         start, end = b.offset(x.lineno, x.col_offset), b.offset(x.end_lineno, x.end_col_offset)
         if kind in (cst.Tuple, cst.GeneratorExp) and parenthesized(self.source[start:end]):
-            source = self.source
-            start, end = start + 1, end - 1
-            while source[start] in _BLANK:
-                start += 1
-            while source[end - 1] in _BLANK + ",":
-                if source[end - 1] == "," and kind is cst.Tuple:
-                    break
-                end -= 1
+            # libcst gives a tuple's parentheses to the tuple, around its range (the trailing
+            # comma is inside it); `ast` puts them inside
+            start, end = self._right(start + 1), self._left(end - 1) + 1
+            while kind is cst.GeneratorExp and self.source[end - 1] == ",":
+                end = self._left(end - 1) + 1
         return start, end
 
+    def _chained(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """An inner link of `a or b or c` (`a or b`): from the chain's start to its last value's end."""
+        found = self.builder.chains.get(id(node))
+        if found is None:
+            return None
+        whole, last = found
+        b = self.builder
+        value_end = self._with_own_parentheses(b.offset(last.lineno, last.col_offset),
+                                               b.offset(last.end_lineno, last.end_col_offset))[1]
+        return b.offset(whole.lineno, whole.col_offset), value_end
+
     def _with_own_parentheses(self, start: int, end: int) -> tuple[int, int]:
-        """The range with the node's own parentheses around it: a `(` not after a name, a call
-        or a subscript (a call's parentheses belong to the call)."""
+        """The range with the node's own parentheses around it: not a call's (`f(x)`, `x.match(y)`,
+        a call continued on the next line) and not those of `with (a, b):`, which libcst gives to
+        the statement; comments and line continuations may sit between."""
         source = self.source
         while True:
-            i, j = start - 1, end
-            while i >= 0 and source[i] in _BLANK:
-                i -= 1
-            while j < len(source) and source[j] in _BLANK:
-                j += 1
+            i, j = self._left(start), self._right(end)
             if i < 0 or j >= len(source) or source[i] != "(" or source[j] != ")":
                 return start, end
-            k = i - 1
-            while k >= 0 and source[k] in " \t":
-                k -= 1
+            k = -1 if i in self._statement_starts else self._left(i)  # the code before the `(`
             if k >= 0 and (source[k].isalnum() or source[k] in "_)]'\""):
                 w = k
                 while w >= 0 and (source[w].isalnum() or source[w] == "_"):
                     w -= 1
                 word = source[w + 1:k + 1]
-                if word == "with" or not (keyword.iskeyword(word) or keyword.issoftkeyword(word)):
-                    return start, end  # `with (...)`: libcst gives those to the statement
+                if not keyword.iskeyword(word):
+                    return start, end  # a call's
+                if word == "with" and source[self._right(j + 1):self._right(j + 1) + 1] == ":":
+                    return start, end  # `with (a, b):`
             start, end = i, j + 1
+
+    @cached_property
+    def _statement_starts(self) -> set[int]:
+        """Where statements start: a `(` there opens no call, whatever ends the line before."""
+        b = self.builder
+        return {b.offset(x.lineno, x.col_offset) for x in self.origin.values() if isinstance(x, ast.stmt)}
+
+    def _left(self, pos: int) -> int:
+        """The index of the last character of code before `pos` (blanks and comments skipped); -1 if none."""
+        source = self.source
+        i = pos - 1
+        while i >= 0:
+            if source[i] in _BLANK:
+                i -= 1
+                continue
+            line_start = source.rfind("\n", 0, i) + 1
+            cut = _comment_start(source[line_start:i + 1])
+            if cut == -1:
+                return i
+            i = line_start + cut - 1
+        return -1
+
+    def _right(self, pos: int) -> int:
+        """The index of the first character of code at or after `pos` (blanks and comments skipped)."""
+        source, n = self.source, len(self.source)
+        j = pos
+        while j < n:
+            c = source[j]
+            if c in _BLANK:
+                j += 1
+            elif c == "#":
+                j = source.find("\n", j)
+                if j == -1:
+                    return n
+            else:
+                return j
+        return n
 
     def twin(self) -> tuple[StatementPositions, dict[int, cst.CSTNode]]:
         """libcst's parse of the source, with its positions, and id(built node) -> its node there."""
@@ -167,13 +219,58 @@ class SpanPositions:
 
 
 def parenthesized(text: str) -> bool:
-    """Whether `text` is wholly inside one pair of parentheses (strings are not looked into: a
-    subscript's tuple of plain indexes)."""
+    """Whether `text` (an expression's source) is wholly inside one pair of parentheses; brackets
+    in strings and comments do not count."""
     if not text.startswith("("):
         return False
-    depth = 0
-    for i, c in enumerate(text):
-        depth += (c in "([{") - (c in ")]}")
-        if depth == 0:
-            return i == len(text) - 1
+    depth, quote = 0, ""
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif c in "'\"":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            continue
+        elif c == "#":
+            end = text.find("\n", i)
+            i = n if end == -1 else end
+            continue
+        else:
+            depth += (c in "([{") - (c in ")]}")
+            if depth == 0:
+                return i == n - 1
+        i += 1
     return False
+
+
+def _comment_start(line: str) -> int:
+    """Where a comment starts in one line of code, -1 when it has none (quotes are followed
+    within the line)."""
+    quote = ""
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if line.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif c in "'\"":
+            quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            continue
+        elif c == "#":
+            return i
+        i += 1
+    return -1

@@ -176,6 +176,7 @@ class _Builder:
         self.origin: dict[int, ast.AST] = {}  # id(built node) -> the ast node it was built from
         self.spans: dict[int, tuple[int, int]] = {}  # id(built node) -> its offsets, for nodes with no ast node
         self.groups: list[int] = []  # ids of lines and blocks of statements (placed from their statements)
+        self.chains: dict[int, tuple[ast.BoolOp, ast.expr]] = {}  # id(inner link of `a or b or c`) -> (chain, its last value)
         self.formatted: list[tuple[int, cst.Module, str]] = []  # each f-string: (offset, parsed alone, text)
 
     # Source text ------------------------------------------------------------------------------
@@ -281,7 +282,13 @@ class _Builder:
         if kind is ast.Assert:
             return make.Assert(test=e(s.test), msg=self.maybe(s.msg))
         if kind is ast.Delete:
-            target = e(s.targets[0]) if len(s.targets) == 1 else make.Tuple(elements=self.elements(s.targets))
+            if len(s.targets) == 1:
+                target = e(s.targets[0])
+            else:  # `del a, b`: a tuple with no parentheses, from the first target to the last
+                target = make.Tuple(elements=self.elements(s.targets))
+                first, last = s.targets[0], s.targets[-1]
+                self.spans[id(target)] = (self.offset(first.lineno, first.col_offset),
+                                          self.offset(last.end_lineno, last.end_col_offset))
             return make.Del(target=target)
         if kind in (ast.Global, ast.Nonlocal):
             names = [make.NameItem(name=make.Name(value=n)) for n in s.names]
@@ -292,7 +299,7 @@ class _Builder:
             star = len(s.names) == 1 and s.names[0].name == "*"
             return make.ImportFrom(module=_dotted(s.module) if s.module else None,
                                    names=make.ImportStar() if star else [self.alias(a) for a in s.names],
-                                   relative=[make.Dot()] * s.level)
+                                   relative=[make.Dot() for _ in range(s.level)])
         raise Unsupported(kind.__name__)
 
     def alias(self, a: ast.alias) -> cst.ImportAlias:
@@ -433,8 +440,10 @@ class _Builder:
         if kind is ast.BoolOp:  # `a and b and c` nests to the left
             operator = getattr(make, _BOOLEAN[type(x.op)])
             node = e(x.values[0])
-            for value in x.values[1:]:
-                node = make.BooleanOperation(left=node, operator=operator(), right=e(value))
+            for k in range(1, len(x.values)):
+                if k > 1:  # `node` links values[0] to values[k - 1]: placed from the chain
+                    self.chains[id(node)] = (x, x.values[k - 1])
+                node = make.BooleanOperation(left=node, operator=operator(), right=e(x.values[k]))
             return node
         if kind is ast.Compare:
             return make.Comparison(left=e(x.left), comparisons=[
