@@ -123,7 +123,7 @@ class BuilderCalls:
             return
         self._escape(call, frame)
         # a forward pass: model(x)
-        if isinstance(func, (cst.Name, cst.Attribute)) and not _library_call(func, unit):
+        if type(func) in (cst.Name, cst.Attribute) and not _library_call(func, unit):
             name = self.target(func, frame)
             if name and name not in unit.imports:
                 self.use(name, "call", frame)
@@ -145,7 +145,7 @@ class BuilderCalls:
             return
         if type(it) is cst.Call:
             loop.loader = self._loader_of(it, frame)
-        elif isinstance(it, (cst.Name, cst.Attribute)):
+        elif type(it) in (cst.Name, cst.Attribute):
             loop.loader = self.iter_of.get(self.canon(it, frame) or "")
         if loop.loader:
             self.candidates.setdefault(loop.loader, frame.unit.path)
@@ -153,7 +153,7 @@ class BuilderCalls:
     def _loss_scaler_call(self, call: cst.Call, frame: _Frame) -> bool:
         """`loss_scaler(loss, optimizer, ...)` of a timm-style scaler: a backward pass and a step."""
         func = call.func
-        if not isinstance(func, (cst.Name, cst.Attribute)):
+        if type(func) not in (cst.Name, cst.Attribute):
             return False
         name = self.canon(func, frame)
         binding = self.bindings.get(name or "")
@@ -212,7 +212,7 @@ class BuilderCalls:
             return
         escapes = self.loop_stack[-1].escapes
         for arg in call.args:
-            name = self.target(arg.value, frame) if isinstance(arg.value, (cst.Name, cst.Attribute, cst.Call)) else None
+            name = self.target(arg.value, frame) if type(arg.value) in (cst.Name, cst.Attribute, cst.Call) else None
             if name:
                 escapes.add(name)
 
@@ -267,7 +267,7 @@ class BuilderCalls:
         inner = tensor
         while type(inner) is cst.Call and type(inner.func) is cst.Attribute and inner.func.attr.value in ("mean", "sum", "float", "squeeze"):
             inner = inner.func.value
-        name = self.canon(inner, frame) if isinstance(inner, (cst.Name, cst.Attribute)) else None
+        name = self.canon(inner, frame) if type(inner) in (cst.Name, cst.Attribute) else None
         if name:
             self.use(name, "backward", frame)
         is_divided: bool | None = divided or _divides(tensor)
@@ -288,7 +288,7 @@ class BuilderCalls:
                         "fn": call.func.attr.value}  # type: ignore[attr-defined]
         if closure is not None:
             detail["closure_events"] = self._closure_events(closure, frame)
-            opt_arg = self.target(closure, frame) if isinstance(closure, (cst.Name, cst.Attribute)) else None
+            opt_arg = self.target(closure, frame) if type(closure) in (cst.Name, cst.Attribute) else None
             detail["optimizer"] = opt_arg
         self._under_test(self._synced_test(name, frame), True, lambda: self.event(
             EventKind.STEP, name, call, frame, pending="step", closure=closure is not None, **detail))

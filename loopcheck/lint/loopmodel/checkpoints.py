@@ -65,7 +65,7 @@ class BuilderCheckpoints:
             return self.target(node.func.value, frame)
         if type(node) is cst.Call and (_dotted(node.func) or "").endswith(("deepcopy", "copy")) and node.args:
             return self._state_owner(node.args[0].value, frame, depth + 1)
-        if depth < 2 and isinstance(node, (cst.Name, cst.Attribute)):
+        if depth < 2 and type(node) in (cst.Name, cst.Attribute):
             name = self.canon(node, frame)
             if name in self.assigned:
                 unit, value = self.assigned[name]

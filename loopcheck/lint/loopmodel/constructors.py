@@ -6,7 +6,7 @@ import re
 
 import libcst as cst
 
-from loopcheck.lint.syntax import child_nodes
+from loopcheck.lint.syntax import child_nodes, classes_of
 from loopcheck.lint.loopmodel.facts import Role, SchedulerCadence
 from loopcheck.lint.loopmodel.frames import _Frame
 from loopcheck.lint.loopmodel.nodes import _dotted, _is_none, _kw, _positional, _split_of
@@ -22,6 +22,9 @@ from loopcheck.lint.loopmodel.torch_api import (
     scheduler_cadence,
 )
 from loopcheck.lint.loopmodel.units import _Class
+
+# the nodes a value's expression is searched through for the parameters it reads
+_VALUE_PARTS = classes_of(cst.BaseExpression) | {cst.Element, cst.DictElement, cst.Arg}
 
 
 class BuilderConstructors:
@@ -127,13 +130,13 @@ class BuilderConstructors:
                 if owner:
                     owners.add(owner)
                 continue
-            if isinstance(node, (cst.Name, cst.Attribute)):
+            if type(node) in (cst.Name, cst.Attribute):
                 name = self.canon(node, frame)
                 if name in self.assigned:
                     stack.append(self.assigned[name][1])
                 continue
-            if isinstance(node, cst.BaseExpression) or isinstance(node, (cst.Element, cst.DictElement, cst.Arg)):
-                stack.extend(c for c in child_nodes(node) if isinstance(c, (cst.BaseExpression, cst.Element, cst.DictElement, cst.Arg, cst.CompFor)))
+            if type(node) in _VALUE_PARTS:
+                stack.extend(c for c in child_nodes(node) if type(c) in _VALUE_PARTS or type(c) is cst.CompFor)
             elif type(node) is cst.CompFor:
                 stack.append(node.iter)
         return owners
@@ -144,7 +147,7 @@ class BuilderConstructors:
             if arg.keyword is not None and arg.keyword.value == "optimizer":
                 continue
             parts.append(frame.unit.text(arg.value))
-            name = self.canon(arg.value, frame) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
+            name = self.canon(arg.value, frame) if type(arg.value) in (cst.Name, cst.Attribute) else None
             if name in self.assigned:  # one level of `total = epochs * len(loader)`
                 unit, node = self.assigned[name]
                 parts.append(unit.text(node))

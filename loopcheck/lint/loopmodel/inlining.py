@@ -282,7 +282,7 @@ class BuilderInlining:
                 ann = inner if inner is not None else ann
             if type(ann) is cst.BinaryOperation:  # GradScaler | None
                 ann = ann.left
-            text = unit.qualify(ann) if isinstance(ann, (cst.Name, cst.Attribute)) else None
+            text = unit.qualify(ann) if type(ann) in (cst.Name, cst.Attribute) else None
             if text:
                 for pattern, role in _ANNOTATION_ROLES:
                     if pattern.search(text):
@@ -420,9 +420,9 @@ def _overridden_below(cls: _Class, name: str, unit: _Unit) -> bool:
 def _abstract(fdef: cst.FunctionDef) -> bool:
     """A method left for subclasses: its body (past a docstring) only raises
     `NotImplementedError`, or is `pass` / `...` under `@abstractmethod`."""
-    body = list(fdef.body.body) if isinstance(fdef.body, cst.IndentedBlock) else [fdef.body]
-    smalls = [s for stmt in body for s in (stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt])]
-    if smalls and type(smalls[0]) is cst.Expr and isinstance(smalls[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+    body = list(fdef.body.body) if type(fdef.body) is cst.IndentedBlock else [fdef.body]
+    smalls = [s for stmt in body for s in (stmt.body if type(stmt) is cst.SimpleStatementLine else [stmt])]
+    if smalls and type(smalls[0]) is cst.Expr and type(smalls[0].value) in (cst.SimpleString, cst.ConcatenatedString):
         smalls = smalls[1:]
     if len(smalls) != 1:
         return False

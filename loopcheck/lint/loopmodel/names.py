@@ -90,7 +90,7 @@ class BuilderNames:
 
     def value_of(self, node: cst.BaseExpression, frame: _Frame) -> _Value:
         """What an expression is, for aliasing and for returns."""
-        if isinstance(node, (cst.Tuple, cst.List)):
+        if type(node) in (cst.Tuple, cst.List):
             return _Value(elems=[self.value_of(e.value, frame) for e in node.elements])
         if type(node) is cst.Dict or (type(node) is cst.Call and _dotted(node.func) == "dict"):
             return _Value(dict_=self._dict_of(node, frame))
@@ -120,7 +120,7 @@ class BuilderNames:
         func = call.func
         if type(func) is cst.Attribute and func.attr.value in _TENSOR_METHODS:
             return False
-        qual = frame.unit.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+        qual = frame.unit.qualify(func) if type(func) in (cst.Name, cst.Attribute) else None
         if qual is None:
             return True
         if qual.split(".")[0] in ("torch", "F", "nn") or (type(func) is cst.Name and func.value in _BUILTINS):

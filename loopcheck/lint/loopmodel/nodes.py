@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from loopcheck.lint.positions import node_code
-from loopcheck.lint.syntax import child_nodes, walk_pruned
+from loopcheck.lint.syntax import child_nodes, classes_of, walk_pruned
 from loopcheck.lint.values import dotted, string_value
 
 if TYPE_CHECKING:
@@ -74,19 +74,23 @@ def _literal_bool(node: cst.BaseExpression | None) -> bool | None:
     return None
 
 
+# what `_walk_statements` enters: statements and suites, and the other nodes with a body that are
+# not expressions (`with` items' and `match` cases' holders, `except*` handlers)
+_STATEMENT_PARTS = classes_of((cst.BaseSuite, cst.BaseStatement, cst.If, cst.Else, cst.ExceptHandler, cst.Finally)) | frozenset(
+    kind for kind in classes_of(cst.CSTNode)
+    if "body" in getattr(kind, "__dataclass_fields__", ()) and kind not in classes_of(cst.BaseExpression))
+
+
 def _walk_statements(stmt: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Statements nested in compound statements (not into functions or classes)."""
     stack = [stmt]
+    parts = _STATEMENT_PARTS
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine)):
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine):
             continue
-        for child in child_nodes(node):
-            if isinstance(child, (cst.BaseSuite, cst.BaseStatement, cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
-                stack.append(child)
-            elif isinstance(child, cst.CSTNode) and hasattr(child, "body") and not isinstance(child, cst.BaseExpression):
-                stack.append(child)
+        stack.extend(child for child in child_nodes(node) if type(child) in parts)
 
 
 def _is_none(node: cst.CSTNode | None) -> bool:
@@ -102,7 +106,7 @@ def _index(node: cst.Subscript) -> cst.BaseExpression | None:
 def _target_names(node: cst.CSTNode) -> list[str]:
     if type(node) is cst.Name:
         return [node.value]
-    if isinstance(node, (cst.Tuple, cst.List)):
+    if type(node) in (cst.Tuple, cst.List):
         out: list[str] = []
         for el in node.elements:
             out.extend(_target_names(el.value))
@@ -115,7 +119,7 @@ def _target_names(node: cst.CSTNode) -> list[str]:
 def _divides(node: cst.CSTNode) -> bool:
     """Is a loss expression divided (by an accumulation count or anything else)?"""
     if type(node) is cst.BinaryOperation:
-        if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
+        if type(node.operator) in (cst.Divide, cst.FloorDivide):
             return True
         if type(node.operator) is cst.Multiply:
             return _is_fraction(node.left) or _is_fraction(node.right) or _divides(node.left) or _divides(node.right)
@@ -127,7 +131,7 @@ def _divides(node: cst.CSTNode) -> bool:
         inner = node.func.value
         return type(inner) is cst.Call and (_dotted(inner.func) or "").rsplit(".", 1)[-1] in ("stack", "cat", "tensor")
     if type(node) is cst.Call and (_dotted(node.func) or "").rsplit(".", 1)[-1] == "mean":
-        return bool(node.args) and isinstance(node.args[0].value, (cst.List, cst.ListComp, cst.Call))
+        return bool(node.args) and type(node.args[0].value) in (cst.List, cst.ListComp, cst.Call)
     return False
 
 

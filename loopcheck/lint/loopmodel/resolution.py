@@ -211,7 +211,7 @@ def _evaluates_within(loop: Loop, batch: Loop, bindings: dict[str, Binding]) -> 
     step calls (`evaluate(model, train_loader)` every N steps), or generates samples in a helper
     the step calls; a loop over the batch's parts
     (micro-batches, the networks of a GAN) is part of the step."""
-    if not isinstance(loop.node, cst.For):
+    if type(loop.node) is not cst.For:
         return False
     called = len(loop.via) > len(batch.via)
     if loop.loader is None:

@@ -62,11 +62,11 @@ class BuilderStatements:
                 self.walk_small(small, frame)
         elif type(stmt) is cst.If:
             self.walk_if(stmt, frame)
-        elif isinstance(stmt, (cst.For, cst.While)):
+        elif type(stmt) in (cst.For, cst.While):
             self.walk_loop(stmt, frame)
         elif type(stmt) is cst.With:
             self.walk_with(stmt, frame)
-        elif isinstance(stmt, (cst.Try, cst.TryStar)):
+        elif type(stmt) in (cst.Try, cst.TryStar):
             body = self.sub_block(stmt.body, frame)
             if stmt.orelse is not None:
                 self.blocks.append(body)
@@ -159,7 +159,7 @@ class BuilderStatements:
             return literal
         if type(test) is cst.Name and test.value not in frame.env and test.value in frame.unit.flags:
             return frame.unit.flags[test.value]
-        if isinstance(test, (cst.Name, cst.Attribute)):
+        if type(test) in (cst.Name, cst.Attribute):
             return _CONSTANTS.get(self.canon(test, frame) or "")
         if type(test) is cst.Comparison and len(test.comparisons) == 1:
             comp = test.comparisons[0]
@@ -168,7 +168,7 @@ class BuilderStatements:
                 left, right = _string_value(test.left, frame, self), _string_value(comp.comparator, frame, self)
                 if left is not None and right is not None:
                     return (left == right) is (type(comp.operator) is cst.Equal)
-            if _is_none(comp.comparator) and isinstance(test.left, (cst.Name, cst.Attribute)) and self.canon(test.left, frame) == "None":
+            if _is_none(comp.comparator) and type(test.left) in (cst.Name, cst.Attribute) and self.canon(test.left, frame) == "None":
                 if type(comp.operator) is cst.Is:
                     return True
                 if type(comp.operator) is cst.IsNot:
@@ -190,7 +190,7 @@ class BuilderStatements:
         if type(node) is cst.Subscript and _string(_index(node)) == "params":
             owner = self.canon(node.value, frame)
             return True, self.param_owner.get(owner or "", None)
-        if isinstance(node, (cst.Name, cst.Attribute)):
+        if type(node) in (cst.Name, cst.Attribute):
             name = self.canon(node, frame)
             if name is not None and name in self.param_owner:
                 return True, self.param_owner[name]
@@ -356,14 +356,14 @@ class BuilderStatements:
         elif type(small) is cst.AugAssign:
             self.walk_expr(small.value, frame)
             name = self.canon(small.target, frame)
-            if name is not None and isinstance(small.operator, (cst.DivideAssign, cst.FloorDivideAssign)):
+            if name is not None and type(small.operator) in (cst.DivideAssign, cst.FloorDivideAssign):
                 self.divided[name] = True
         elif type(small) is cst.Return:
             if small.value is not None:
                 self.walk_expr(small.value, frame)
                 frame.returns.append(self.value_of(small.value, frame))
             self.block.append(_Jump("return"))
-        elif isinstance(small, (cst.Continue, cst.Break)):
+        elif type(small) in (cst.Continue, cst.Break):
             if not self.transparent:
                 self.block.append(_Jump("continue" if type(small) is cst.Continue else "break"))
         elif type(small) is cst.Raise:
@@ -371,12 +371,12 @@ class BuilderStatements:
                 self.walk_expr(small.exc, frame)
             if not self.transparent:
                 self.block.append(_Jump("raise"))
-        elif isinstance(small, (cst.Import, cst.ImportFrom)):
+        elif type(small) in (cst.Import, cst.ImportFrom):
             frame.unit.add_import(small)
 
     def _annotate(self, target: cst.BaseExpression, annotation: cst.BaseExpression, frame: _Frame) -> None:
         name = self.canon(target, frame)
-        text = frame.unit.qualify(annotation) if isinstance(annotation, (cst.Name, cst.Attribute)) else None
+        text = frame.unit.qualify(annotation) if type(annotation) in (cst.Name, cst.Attribute) else None
         if name and text:
             for pattern, role in _ANNOTATION_ROLES:
                 if pattern.search(text):
@@ -386,10 +386,10 @@ class BuilderStatements:
 
 
     def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, frame: _Frame, stmt: cst.CSTNode) -> None:
-        if isinstance(target, (cst.Tuple, cst.List)):
+        if type(target) in (cst.Tuple, cst.List):
             val = self.value_of(value, frame)
             elems = [e.value for e in target.elements]
-            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elems):
+            if type(value) in (cst.Tuple, cst.List) and len(value.elements) == len(elems):
                 for t, v in zip(elems, value.elements):
                     self.assign(t, v.value, frame, stmt)
                 return
@@ -426,7 +426,7 @@ class BuilderStatements:
             name = target.value
             tc = name
             known = None
-            if isinstance(value, (cst.Comparison, cst.UnaryOperation)) or (
+            if type(value) in (cst.Comparison, cst.UnaryOperation) or (
                 type(value) is cst.Name and value.value not in _CONSTANTS
             ):
                 known = self._truth(value, frame)

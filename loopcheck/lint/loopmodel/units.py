@@ -14,12 +14,15 @@ from loopcheck.lint.loopmodel.nodes import _ATOMS, _dotted, _target_names, _walk
 from loopcheck.lint.loopmodel.torch_api import EMA_CLASSES, OPTIMIZER_CLASSES, SCHEDULER_CLASSES, _EMA_RE
 from loopcheck.lint.positions import node_code
 from loopcheck.lint.summary import MODULE_PART
+from loopcheck.lint.syntax import classes_of
 
 if TYPE_CHECKING:
     from loopcheck.lint.loopmodel.builder import _Builder
 
 
 _SETS_LR = re.compile(r"\[\s*['\"]lr['\"]\s*\]\s*=(?!=)")
+# nodes whose rendering is exactly their source text (others may add a trailing comma)
+_RENDERED_EXACTLY = classes_of((cst.BaseExpression, cst.Parameters)) - {cst.StarredElement}
 
 
 class _Class:
@@ -182,16 +185,16 @@ class _Unit:
             self.classes.setdefault(stmt.name.value, _Class(stmt.name.value, stmt, self))
         elif type(stmt) is cst.SimpleStatementLine:
             for small in stmt.body:
-                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                if type(small) in (cst.Import, cst.ImportFrom):
                     self.add_import(small)
             if top:
                 self.top_level.append(stmt)
-        elif isinstance(stmt, (cst.If, cst.Try)) and top:
+        elif type(stmt) in (cst.If, cst.Try) and top:
             # imports guarded by try/except ImportError or `if TYPE_CHECKING` still name modules
             for inner in _walk_statements(stmt):
                 if type(inner) is cst.SimpleStatementLine:
                     for small in inner.body:
-                        if isinstance(small, (cst.Import, cst.ImportFrom)):
+                        if type(small) in (cst.Import, cst.ImportFrom):
                             self.add_import(small)
             self.top_level.append(stmt)
         elif top:
@@ -286,8 +289,7 @@ class _Unit:
         return fact(self.module, "loopmodel.texts", dict)
 
     def _render(self, node: cst.CSTNode) -> str:
-        if isinstance(node, (cst.BaseExpression, cst.Parameters)) and type(node) is not cst.StarredElement:
-            # these render exactly their source text (others may add a trailing comma)
+        if type(node) in _RENDERED_EXACTLY:
             return node_code(node, self.module).strip()
         from loopcheck.lint.positions import positions_for
 
