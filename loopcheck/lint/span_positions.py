@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import keyword
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
@@ -223,7 +223,25 @@ def parenthesized(text: str) -> bool:
     in strings and comments do not count."""
     if not text.startswith("("):
         return False
-    depth, quote = 0, ""
+    depth = 0
+    for i, c in _code_characters(text):
+        if c != "#":
+            depth += (c in "([{") - (c in ")]}")
+            if depth == 0:
+                return i == len(text) - 1
+    return False
+
+
+def _comment_start(line: str) -> int:
+    """Where a comment starts in one line of code, -1 when it has none (quotes are followed
+    within the line)."""
+    return next((i for i, c in _code_characters(line) if c == "#"), -1)
+
+
+def _code_characters(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, character) for each character of `text` outside string literals and comments;
+    a comment gives its `#` alone."""
+    quote = ""
     i, n = 0, len(text)
     while i < n:
         c = text[i]
@@ -240,37 +258,10 @@ def parenthesized(text: str) -> bool:
             i += len(quote)
             continue
         elif c == "#":
+            yield i, c
             end = text.find("\n", i)
             i = n if end == -1 else end
             continue
         else:
-            depth += (c in "([{") - (c in ")]}")
-            if depth == 0:
-                return i == n - 1
+            yield i, c
         i += 1
-    return False
-
-
-def _comment_start(line: str) -> int:
-    """Where a comment starts in one line of code, -1 when it has none (quotes are followed
-    within the line)."""
-    quote = ""
-    i, n = 0, len(line)
-    while i < n:
-        c = line[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if line.startswith(quote, i):
-                i += len(quote)
-                quote = ""
-                continue
-        elif c in "'\"":
-            quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else c
-            i += len(quote)
-            continue
-        elif c == "#":
-            return i
-        i += 1
-    return -1
