@@ -65,45 +65,19 @@ def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, edges = work[-1]
-            for nxt in edges:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
-    return found
+    """The groups of modules that import each other, directly or through others."""
+    reach = {}
+    for start in graph:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph.get(node, ()))
+        reach[start] = seen
+    groups = {tuple(sorted(m for m in reach[start] if start in reach[m])) for start in graph if start in reach[start]}
+    return sorted(list(group) for group in groups)
 
 
 def test_no_import_cycles_between_loopcheck_modules():
@@ -113,9 +87,9 @@ def test_no_import_cycles_between_loopcheck_modules():
     assert _cycles(graph) == []
 
 
-def test_the_cycle_finder_finds_a_cycle():
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
-    assert _cycles(graph) == [["a", "b", "c"]]
+def test_the_cycle_finder_finds_each_cycle_once():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": {"f"}, "g": set()}
+    assert _cycles(graph) == [["a", "b", "c"], ["d", "e"], ["f"]]
 
 
 def test_the_import_reader_follows_relative_imports_and_skips_type_checking(tmp_path: Path):
