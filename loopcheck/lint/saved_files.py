@@ -105,6 +105,10 @@ def _ast_fields(kind: type) -> tuple[str, ...]:
 
 
 _AST_FIELDS: dict[type, tuple[str, ...]] = {}
+# nodes with no child the walk enters and no fact of their own: their parent is noted, and they
+# are not visited (names and constants are most of a module's nodes)
+_LEAF_KINDS = frozenset({ast.Name, ast.Constant, *ast.operator.__subclasses__(), *ast.unaryop.__subclasses__(),
+                         *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__()})
 
 
 class _Module:
@@ -120,7 +124,7 @@ class _Module:
         self.imported: dict[str, str] = {}  # name -> the (last part of the) module it is imported from
         self.modules: set[str] = set()  # names of imported modules
         self._names: dict[int, dict[str, list[ast.Name]]] = {}  # id(scope) -> name -> its Name nodes
-        parent = self.parent
+        parent, leaves = self.parent, _LEAF_KINDS
         stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
         while stack:
             node, scope = stack.pop()
@@ -145,12 +149,14 @@ class _Module:
                 value = getattr(node, field, None)
                 if isinstance(value, ast.AST):
                     parent[id(value)] = node
-                    stack.append((value, inner))
+                    if type(value) not in leaves:
+                        stack.append((value, inner))
                 elif type(value) is list:
                     for child in value:
                         if isinstance(child, ast.AST):
                             parent[id(child)] = node
-                            stack.append((child, inner))
+                            if type(child) not in leaves:
+                                stack.append((child, inner))
 
     def names_in(self, scope: ast.AST) -> dict[str, list[ast.Name]]:
         """The names read or written anywhere under `scope` (nested scopes too), by name: found
