@@ -81,9 +81,10 @@ class SpanPositions:
     def render(self, node: cst.CSTNode) -> str:
         """The node's source, as `code_for_node` gives it for the parsed tree's node: an
         expression's text with its own parentheses; a statement's lines, decorators included,
-        with its indentation taken off and ending in a line break. Where libcst differs, it is in
-        whitespace and comments outside the node: libcst also gives the blank and comment lines
-        above a statement, and reindents the continuation lines of a node to its block."""
+        with its indentation taken off and ending in a line break (a compound statement's with
+        the comment lines below it that libcst keeps in its last block). Where libcst differs, it
+        is in whitespace and comments outside the node: libcst also gives the blank and comment
+        lines above a statement, and reindents the continuation lines of a node to its block."""
         try:
             start, end = self.offsets(node)
         except LookupError:
@@ -98,6 +99,8 @@ class SpanPositions:
             indent = source[line_start:start]
             indent = indent[:len(indent) - len(indent.lstrip(" \t"))]
             line_end = source.find("\n", end)
+            if line_end != -1 and isinstance(node, cst.BaseCompoundStatement):
+                line_end = _footer_end(source, line_end, len(indent))
             lines = source[line_start:len(source) if line_end == -1 else line_end].split("\n")
             if type(node) is cst.If and lines[0].startswith("elif", len(indent)):
                 lines[0] = lines[0][:len(indent)] + lines[0][len(indent) + 2:]  # alone, an `elif` is an `if`
@@ -230,6 +233,25 @@ def parenthesized(text: str) -> bool:
             if depth == 0:
                 return i == len(text) - 1
     return False
+
+
+def _footer_end(source: str, line_end: int, indent: int) -> int:
+    """Where a compound statement's text ends when its last line ends at `line_end`: after the
+    comment lines below it that are indented further than the statement (with the blank lines
+    between), which libcst keeps in the footer of the statement's last indented block."""
+    end = at = line_end
+    while at < len(source):
+        next_end = source.find("\n", at + 1)
+        line = source[at + 1:len(source) if next_end == -1 else next_end]
+        code = line.lstrip(" \t\f")
+        if code.startswith("#") and len(line) - len(code) > indent:
+            end = len(source) if next_end == -1 else next_end
+        elif code:
+            break
+        if next_end == -1:
+            break
+        at = next_end
+    return end
 
 
 def _comment_start(line: str) -> int:

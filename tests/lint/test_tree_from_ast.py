@@ -70,6 +70,10 @@ CONSTRUCTS = {
     "brackets in strings": "table.update((ord(c), ord('(')) for c in '({[')\nwith lock: pass\nfrom a import (b, c)\n",
     "chains and deletions": (
         "ok = (a and b)\\\n    or (c and d) or e\ndel first, second, third\nm = pattern.match(text)\n_(message)\n"),
+    "comments at the end of blocks": (
+        "def close(self):\n    if self.open:\n        try:\n            self.stop()\n        except OSError:\n"
+        "            pass\n\n        # keep the handle: a retry may still need it\n\n    # done\n# top level\n"
+        "def later():\n    for step in steps:\n        run(step)\n        # the last step ran\n"),
 }
 
 
