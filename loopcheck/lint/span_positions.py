@@ -82,9 +82,10 @@ class SpanPositions:
         """The node's source, as `code_for_node` gives it for the parsed tree's node: an
         expression's text with its own parentheses; a statement's lines, decorators included,
         with its indentation taken off and ending in a line break (a compound statement's with
-        the comment lines below it that libcst keeps in its last block). Where libcst differs, it
-        is in whitespace and comments outside the node: libcst also gives the blank and comment
-        lines above a statement, and reindents the continuation lines of a node to its block."""
+        the blank and comment lines below it that libcst keeps in its last block). Where libcst
+        differs, it is in whitespace and comments outside the node: libcst also gives the blank and
+        comment lines above a statement, and reindents the continuation lines of a node to its
+        block."""
         try:
             start, end = self.offsets(node)
         except LookupError:
@@ -99,8 +100,11 @@ class SpanPositions:
             indent = source[line_start:start]
             indent = indent[:len(indent) - len(indent.lstrip(" \t"))]
             line_end = source.find("\n", end)
-            if line_end != -1 and isinstance(node, cst.BaseCompoundStatement):
-                line_end = _footer_end(source, line_end, len(indent))
+            block = _last_block(node) if line_end != -1 else None
+            if block is not None:
+                first = self.offsets(block.body[0])[0]
+                inner = source[source.rfind("\n", 0, first) + 1:first]
+                line_end = _footer_end(source, line_end, inner)
             lines = source[line_start:len(source) if line_end == -1 else line_end].split("\n")
             if type(node) is cst.If and lines[0].startswith("elif", len(indent)):
                 lines[0] = lines[0][:len(indent)] + lines[0][len(indent) + 2:]  # alone, an `elif` is an `if`
@@ -235,19 +239,42 @@ def parenthesized(text: str) -> bool:
     return False
 
 
-def _footer_end(source: str, line_end: int, indent: int) -> int:
-    """Where a compound statement's text ends when its last line ends at `line_end`: after the
-    comment lines below it that are indented further than the statement (with the blank lines
-    between), which libcst keeps in the footer of the statement's last indented block."""
+def _last_block(node: cst.CSTNode) -> cst.IndentedBlock | None:
+    """The indented block a compound statement ends with (None for one ending in a one-line suite,
+    and for nodes that are not compound statements)."""
+    while True:
+        kind = type(node)
+        if kind is cst.If or kind in (cst.For, cst.While):
+            node = node.orelse if node.orelse is not None else node.body  # type: ignore[attr-defined]
+        elif kind in (cst.Try, cst.TryStar):
+            last = node.finalbody or node.orelse or (node.handlers[-1] if node.handlers else None)  # type: ignore[attr-defined]
+            node = last if last is not None else node.body  # type: ignore[attr-defined]
+        elif kind is cst.Match:
+            node = node.cases[-1]  # type: ignore[attr-defined]
+        elif kind in _HAS_BODY:
+            node = node.body  # type: ignore[attr-defined]
+        else:
+            return node if kind is cst.IndentedBlock and node.body else None  # type: ignore[attr-defined]
+
+
+# the nodes `_last_block` goes into the body of: the rest of the compound statements and clauses
+_HAS_BODY = (cst.FunctionDef, cst.ClassDef, cst.With, cst.Else, cst.Finally, cst.ExceptHandler,
+             cst.ExceptStarHandler, cst.MatchCase)
+
+
+def _footer_end(source: str, line_end: int, indent: str) -> int:
+    """Where a compound statement's text ends when its last line ends at `line_end`: libcst keeps
+    the blank and comment lines below it in the footer of its last indented block, up to the last
+    one that starts with that block's `indent`."""
     end = at = line_end
     while at < len(source):
         next_end = source.find("\n", at + 1)
         line = source[at + 1:len(source) if next_end == -1 else next_end]
         code = line.lstrip(" \t\f")
-        if code.startswith("#") and len(line) - len(code) > indent:
-            end = len(source) if next_end == -1 else next_end
-        elif code:
+        if code and not code.startswith("#"):
             break
+        if line.startswith(indent):
+            end = len(source) if next_end == -1 else next_end
         if next_end == -1:
             break
         at = next_end

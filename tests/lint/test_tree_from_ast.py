@@ -73,7 +73,8 @@ CONSTRUCTS = {
     "comments at the end of blocks": (
         "def close(self):\n    if self.open:\n        try:\n            self.stop()\n        except OSError:\n"
         "            pass\n\n        # keep the handle: a retry may still need it\n\n    # done\n# top level\n"
-        "def later():\n    for step in steps:\n        run(step)\n        # the last step ran\n"),
+        "def later():\n    for step in steps:\n        run(step)\n          # deeper\n      # the function's\n  # the next one's\n"
+        "def spaced():\n    if ready:\n        go()\n        \n    \n\nlast = 1\n"),
 }
 
 
