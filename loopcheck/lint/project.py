@@ -80,7 +80,7 @@ def file_stamp(path: Path | str) -> tuple[int, int] | None:
 
 
 # the questions of `Project.answer` answered from the text of the one file they name alone
-ONE_FILE_QUESTIONS = frozenset({"part", "parts", "search", "count"})
+ONE_FILE_QUESTIONS = frozenset({"part", "parts", "search", "count", "keys_read", "defines"})
 
 _STEADY: list[object] = []  # while a run of the engine lasts: a token of that run
 
@@ -611,17 +611,32 @@ class Project:
             self._importers[target] = found
         return self._importers[target]
 
-    def files_mentioning(self, word: str) -> list[str]:
+    def files_mentioning(self, word: str, *, every_part: bool = True) -> list[str]:
         """The project files (real paths) whose text has `word` as a whole word. The analysis
         asking depends on which files those are and on every part of each (it reads their code,
-        not the comments between their functions)."""
+        not the comments between their functions); with `every_part` false only on which files
+        those are, when it asks its own questions of each (`keys_read`, `defines`)."""
         found = list(self._holding(word))
         if self._recording():  # every part of each file: not worked out for reads nobody keeps
             root = str(self.roots[0]) if self.roots else ""
             self._consulting[-1].facts[("mentioning", root, word)] = list(found)  # a list: kept as JSON
             for name in found:
-                self._note_all_parts(name)
+                if every_part:
+                    self._note_all_parts(name)
+                else:  # an edit to one of them asks again whether it still holds the word
+                    self._consulting[-1].sources[os.path.abspath(name)] = None
         return found
+
+    def keys_read(self, path: str, function: str) -> list[set[str]]:
+        """The keys read from what each call to `function` returns in the project file `path`
+        (`saved_files.caller_keys`), recorded as a question about that file alone: an edit
+        elsewhere in it leaves the analysis asking standing."""
+        return [set(keys) for keys in self._ask("keys_read", os.path.abspath(path), function)]
+
+    def defines(self, path: str, name: str) -> bool:
+        """Whether the project file `path` defines a class or function called `name` (recorded as
+        `keys_read` is)."""
+        return bool(self._ask("defines", os.path.abspath(path), name))
 
     def _note_all_parts(self, path: str) -> None:
         """The analysis being recorded read every part of `path` (`summary.module_parts`): an
@@ -686,7 +701,8 @@ class Project:
         "mentioning" (the project files holding the word `arg`; `path` is the root), "search"
         and "count" (does the regular expression `arg` = (pattern, flags) match the text of
         `path`, how often; None when the text cannot be read), "derived" (the digest of the
-        project-wide fact `arg`, `DERIVED`; `path` is the project's root)."""
+        project-wide fact `arg`, `DERIVED`; `path` is the project's root), "keys_read" and
+        "defines" (what `saved_files` asks of one file: `keys_read`, `defines`)."""
         with self._unrecorded():
             if kind == "reach":
                 return self.reach_mentions(Path(path), tuple(arg))
@@ -698,6 +714,10 @@ class Project:
                 return all_parts_digest(parts) if parts is not None else "*"
             if kind == "mentioning":
                 return list(self._holding(arg))
+            if kind in ("keys_read", "defines"):
+                from loopcheck.lint import saved_files
+
+                return saved_files.answer(self, kind, path, arg)
             if kind == "derived":
                 return _derive(arg, self)[1]
             stamp = self.stamp(path)

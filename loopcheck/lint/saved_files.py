@@ -727,6 +727,16 @@ def _key_of(module: _Module, node: ast.AST) -> str | None:
     return None
 
 
+def answer(project: Any, kind: str, path: str, arg: str) -> Any:
+    """The answer today to a question an analysis asked of one project file (`Project.answer`):
+    "keys_read" (the keys read from what each call to function `arg` returns in it, as sorted
+    lists) or "defines" (whether it defines a class or function called `arg`)."""
+    module = _module_at(project, path)
+    if kind == "defines":
+        return module is not None and arg in module.defined
+    return [sorted(keys) for keys in caller_keys(module, arg)] if module is not None else []
+
+
 def caller_keys(module: _Module, function: str) -> list[set[str]]:
     """The keys read from what each call to `function` returns, in one module."""
     return [keys for keys in (_keys_read(module, call)[0] for call in module.calls.get(function, [])) if keys]
@@ -957,10 +967,7 @@ class ProjectFiles:
             return True
         if self.project is None:
             return False
-        return any(
-            (module := _module_at(self.project, f)) is not None and name in module.defined
-            for f in self.project.files_mentioning(name)
-        )
+        return any(self.project.defines(f, name) for f in self.project.files_mentioning(name, every_part=False))
 
     def saved_here(self, line: int) -> bool:
         """Whether a load on this line reads a file the project writes with tensors only: the
@@ -974,10 +981,11 @@ class ProjectFiles:
                 continue  # only its file name could say it is the project's own
             reads = [set(load.keys)] if load.keys else []
             if load.returned_by and self.project is not None:
-                for name in [self.here, *self.project.files_mentioning(load.returned_by)]:
-                    module = self.own if name == self.here else _module_at(self.project, name)
-                    if module is not None:
-                        reads += caller_keys(module, load.returned_by)
+                if self.own is not None:
+                    reads += caller_keys(self.own, load.returned_by)
+                for name in self.project.files_mentioning(load.returned_by, every_part=False):
+                    if name != self.here:
+                        reads += self.project.keys_read(name, load.returned_by)
             if any(_reads_saved(keys, saved) for keys in reads for saved in self.keys):
                 return True
             if any(self._defined(name) for name in load.receivers & self.owners):

@@ -307,3 +307,30 @@ def test_an_edit_to_a_method_no_analysis_read_reanalyses_only_its_file(lint, pro
         unread=(project / "stepper.py", STEPPER.replace("stepper of", "stepper for")),
         fixed=(project / "stepper.py", STEPPER.replace(
             "        self.optimizer.step()\n        loss.backward()\n", "        loss.backward()\n        self.optimizer.step()\n")))
+
+
+def test_a_load_read_back_elsewhere_depends_on_its_callers_keys_not_their_whole_files(lint, project, checked):
+    """ckpt.py's load is judged by the keys train.py reads from what `read_checkpoint` returns
+    there: an edit to another function of train.py leaves ckpt.py's analysis standing; an edit
+    that changes those keys does not."""
+    write(project / "export.py", (
+        "import torch\n\n\ndef export(model, optimizer, epoch, folder):\n"
+        "    torch.save({\"model\": model.state_dict(), \"optimizer\": optimizer.state_dict(), \"epoch\": epoch},\n"
+        "               folder / \"last.pt\")\n"))
+    write(project / "ckpt.py", "import torch\n\n\ndef read_checkpoint(path):\n    return torch.load(path)\n")
+    train = (
+        "from ckpt import read_checkpoint\n\n\ndef resume(model, optimizer, path):\n"
+        "    state = read_checkpoint(path)\n    model.load_state_dict(state[\"model\"])\n"
+        "    optimizer.load_state_dict(state[\"optimizer\"])\n    return state[\"epoch\"]\n\n\n"
+        "def describe(model):\n    return sum(p.numel() for p in model.parameters())\n")
+    write(project / "train.py", train)
+    cold = report(lint)
+    write(project / "train.py", train.replace("p.numel() for p", "q.numel() for q"))
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["train.py"]
+    write(project / "train.py", train.replace('state["optimizer"]', 'state["opt"]'))
+    checked.clear()
+    after = report(lint)
+    assert sorted(checked) == ["ckpt.py", "train.py"]
+    assert after == report(lint, "--no-cache")
