@@ -30,7 +30,7 @@ from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.source_text import SourceText
 from loopcheck.lint.summary import (
-    ModuleSummary, all_parts_digest, in_use, module_parts, summarize, summarize_parsed, summary_of,
+    ModuleSummary, all_parts_digest, calling_parts, in_use, module_parts, summarize, summarize_parsed, summary_of,
 )
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
@@ -80,7 +80,7 @@ def file_stamp(path: Path | str) -> tuple[int, int] | None:
 
 
 # the questions of `Project.answer` answered from the text of the one file they name alone
-ONE_FILE_QUESTIONS = frozenset({"part", "parts", "search", "count", "keys_read", "defines"})
+ONE_FILE_QUESTIONS = frozenset({"part", "parts", "search", "count", "keys_read", "defines", "calling_parts"})
 
 _STEADY: list[object] = []  # while a run of the engine lasts: a token of that run
 
@@ -633,6 +633,11 @@ class Project:
         elsewhere in it leaves the analysis asking standing."""
         return [set(keys) for keys in self._ask("keys_read", os.path.abspath(path), function)]
 
+    def calling_parts(self, path: str, form: str, name: str) -> list[str] | None:
+        """The parts of the project file `path` holding a call of `name` (`summary.calling_parts`),
+        recorded as a question about that file alone; None when it cannot be read or parsed."""
+        return self._ask("calling_parts", os.path.abspath(path), (form, name))
+
     def defines(self, path: str, name: str) -> bool:
         """Whether the project file `path` defines a class or function called `name` (recorded as
         `keys_read` is)."""
@@ -701,8 +706,9 @@ class Project:
         "mentioning" (the project files holding the word `arg`; `path` is the root), "search"
         and "count" (does the regular expression `arg` = (pattern, flags) match the text of
         `path`, how often; None when the text cannot be read), "derived" (the digest of the
-        project-wide fact `arg`, `DERIVED`; `path` is the project's root), "keys_read" and
-        "defines" (what `saved_files` asks of one file: `keys_read`, `defines`)."""
+        project-wide fact `arg`, `DERIVED`; `path` is the project's root), "calling_parts" (the
+        parts of `path` holding a call of `arg` = (form, name)), "keys_read" and "defines" (what
+        `saved_files` asks of one file: `keys_read`, `defines`)."""
         with self._unrecorded():
             if kind == "reach":
                 return self.reach_mentions(Path(path), tuple(arg))
@@ -714,6 +720,9 @@ class Project:
                 return all_parts_digest(parts) if parts is not None else "*"
             if kind == "mentioning":
                 return list(self._holding(arg))
+            if kind == "calling_parts":
+                text = self.text(Path(path))
+                return calling_parts(text, *arg) if text is not None else None
             if kind in ("keys_read", "defines"):
                 from loopcheck.lint import saved_files
 

@@ -305,6 +305,43 @@ def module_parts(text: str) -> dict[str, str] | None:
             for key, texts in pieces.items()}
 
 
+def calling_parts(text: str, form: str, name: str) -> list[str] | None:
+    """The parts of a module (as `module_parts` names them) holding a call of `name(...)` (form
+    "name") or of `<anything>.name(...)` (form "attr"), sorted; None when Python cannot parse the
+    text. An analysis that searched the module's call sites depends on these and on which parts
+    they are, not on the rest of the module."""
+    tree = ast_tree(text)
+    if tree is None:
+        return None
+    found: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef):
+            at = _span(stmt)[0]
+            for inner in stmt.body:
+                first, last = _span(inner)
+                separate = isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) and first >= at
+                if separate:
+                    at = last + 1
+                if _calls(inner, form, name):
+                    found.add(f"{stmt.name}.{inner.name}" if separate else stmt.name)  # type: ignore[attr-defined]
+            if any(_calls(node, form, name) for node in [*stmt.decorator_list, *stmt.bases, *stmt.keywords]):
+                found.add(stmt.name)
+        elif _calls(stmt, form, name):
+            named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+            found.add(stmt.name if named else MODULE_PART)  # type: ignore[attr-defined]
+    return sorted(found)
+
+
+def _calls(node: ast.AST, form: str, name: str) -> bool:
+    for inner in ast.walk(node):
+        if type(inner) is ast.Call:
+            func = inner.func
+            if (form == "name" and type(func) is ast.Name and func.id == name
+                    or form == "attr" and type(func) is ast.Attribute and func.attr == name):
+                return True
+    return False
+
+
 def _span(stmt: ast.stmt) -> tuple[int, int]:
     """First line (decorators included) and last line of a statement."""
     start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])

@@ -413,6 +413,16 @@ class Flow:
         if note is not None:
             note(part)
 
+    def _read_calls(self, index: ModuleIndex, form: str, name: str) -> None:
+        """The tracing searched the call sites of `name` in another module: it depends on which
+        parts of it hold one and on those parts (all of it when that cannot be told)."""
+        note = self._readers.get(id(index))
+        if note is None:
+            return
+        parts = self.project.calling_parts(index.path, form, name)
+        for part in parts if parts is not None else ("*",):
+            note(part)
+
     def definition(self, index: ModuleIndex, node: cst.BaseExpression, hops: int = 0) -> Where | None:
         """The project class or function a Name/Attribute refers to."""
         if hops > 3:
@@ -599,11 +609,12 @@ class Flow:
             offset = 1
         fname = func.name.value
         out = []
-        self._read(index, "*")  # every call site of the module
         if cls is not None and fname == "__init__":
-            candidates = index.calls_to("name", cls.name.value)
+            form, callee = "name", cls.name.value
         else:
-            candidates = index.calls_to("attr" if cls is not None else "name", fname)
+            form, callee = ("attr" if cls is not None else "name"), fname
+        self._read_calls(index, form, callee)
+        candidates = index.calls_to(form, callee)
         for call in candidates:
             callee = call.func
             if cls is not None and fname == "__init__":

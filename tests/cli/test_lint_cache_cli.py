@@ -311,3 +311,25 @@ def test_an_edit_to_a_method_no_analysis_read_reanalyses_only_its_file(lint, pro
         fixed=(project / "stepper.py", STEPPER.replace(
             "        self.optimizer.step()\n        loss.backward()\n", "        loss.backward()\n        self.optimizer.step()\n")))
 
+
+
+def test_a_search_of_a_module_s_call_sites_depends_on_the_parts_holding_them(lint, project, checked):
+    """train.py's analysis looks for the calls of setup.py's builders inside setup.py (what their
+    parameters are given there): it depends on which parts of setup.py hold such a call, not on
+    all of setup.py. A function added to setup.py that calls no builder analyses setup.py alone;
+    one that calls a builder analyses train.py again."""
+    factory = Path(__file__).resolve().parents[2] / "fixtures" / "data_loader_factory_project"
+    for name in ("data.py", "setup.py", "train.py"):
+        write(project / name, (factory / name).read_text())
+    setup = (factory / "setup.py").read_text()
+    cold = report(lint)
+    write(project / "setup.py", setup + "\n\ndef describe(model):\n    return sum(p.numel() for p in model.parameters())\n")
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["setup.py"]
+    write(project / "setup.py", setup + "\n\ndef small_run(model, train_set, val_set):\n"
+                                        "    return build_run(model, train_set, val_set, batch_size=2)\n")
+    checked.clear()
+    after = report(lint)
+    assert sorted(checked) == ["setup.py", "train.py"]
+    assert after == report(lint, "--no-cache")

@@ -634,3 +634,36 @@ def test_each_method_of_a_class_is_a_part_and_the_class_keeps_its_own_lines() ->
         "Recorder", "Recorder.add", "Recorder.mean", "train"]  # moved down: their lines changed
     assert changed(source.replace("window = 10", "window = 20")) == ["Recorder"]
     assert changed(source + "\n\n# the end\n") == []
+
+
+def test_the_parts_holding_calls_of_a_name_are_named_as_module_parts_names_them() -> None:
+    """`calling_parts`: the function, method (`Class.method`), class (its own lines: attributes,
+    decorators, bases, a method sharing the class's line) or module-level part holding a call."""
+    from loopcheck.lint.summary import MODULE_PART, calling_parts, module_parts
+
+    source = textwrap.dedent('''\
+        @register(build())
+        class Recorder(Base):
+            default = build()
+
+            def add(self, loss):
+                self.losses.append(build(loss))
+
+            def mean(self):
+                return self.recorder.build()
+
+
+        def train(recorder):
+            recorder.add(1.0)
+            return [build(x) for x in range(3)]
+
+
+        run = build()
+        ''')
+    parts = module_parts(source)
+    found = calling_parts(source, "name", "build")
+    assert found == sorted(["Recorder", "Recorder.add", MODULE_PART, "train"])
+    assert set(found) <= set(parts)
+    assert calling_parts(source, "attr", "build") == ["Recorder.mean"]
+    assert calling_parts(source, "name", "missing") == []
+    assert calling_parts("def broken(:\n", "name", "build") is None
