@@ -720,9 +720,6 @@ class Project:
                 return all_parts_digest(parts) if parts is not None else "*"
             if kind == "mentioning":
                 return list(self._holding(arg))
-            if kind == "calling_parts":
-                text = self.text(Path(path))
-                return calling_parts(text, *arg) if text is not None else None
             if kind in ("keys_read", "defines"):
                 from loopcheck.lint import saved_files
 
@@ -735,7 +732,9 @@ class Project:
                 return kept[1]
             text = self.text(Path(path))
             found = None
-            if text is not None:
+            if text is not None and kind == "calling_parts":
+                found = calling_parts(text, *arg)
+            elif text is not None:
                 pattern = re.compile(arg[0], arg[1])
                 found = bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
             if len(self._searches) > _MAX_FILES:

@@ -244,7 +244,7 @@ def _last_block(node: cst.CSTNode) -> cst.IndentedBlock | None:
     and for nodes that are not compound statements)."""
     while True:
         kind = type(node)
-        if kind is cst.If or kind in (cst.For, cst.While):
+        if kind in (cst.If, cst.For, cst.While):
             node = node.orelse if node.orelse is not None else node.body  # type: ignore[attr-defined]
         elif kind in (cst.Try, cst.TryStar):
             last = node.finalbody or node.orelse or (node.handlers[-1] if node.handlers else None)  # type: ignore[attr-defined]

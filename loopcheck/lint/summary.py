@@ -285,12 +285,8 @@ def module_parts(text: str) -> dict[str, str] | None:
         if isinstance(stmt, ast.ClassDef):
             own: list[str] = []
             at = start
-            for inner in stmt.body:
-                if not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    continue
+            for inner in _methods_apart(stmt):
                 first, last = _span(inner)
-                if first < at:  # shares a line with what comes before it: left in the class's part
-                    continue
                 own.append(f"{at}\0{''.join(lines[at - 1:first - 1])}\0def {inner.name}@{first}\n")
                 pieces.setdefault(f"{stmt.name}.{inner.name}", []).append(f"{first}\0{''.join(lines[first - 1:last])}")
                 at = last + 1
@@ -316,20 +312,30 @@ def calling_parts(text: str, form: str, name: str) -> list[str] | None:
     found: set[str] = set()
     for stmt in tree.body:
         if isinstance(stmt, ast.ClassDef):
-            at = _span(stmt)[0]
+            apart = {id(method) for method in _methods_apart(stmt)}
             for inner in stmt.body:
-                first, last = _span(inner)
-                separate = isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) and first >= at
-                if separate:
-                    at = last + 1
                 if _calls(inner, form, name):
-                    found.add(f"{stmt.name}.{inner.name}" if separate else stmt.name)  # type: ignore[attr-defined]
+                    found.add(f"{stmt.name}.{inner.name}" if id(inner) in apart else stmt.name)  # type: ignore[attr-defined]
             if any(_calls(node, form, name) for node in [*stmt.decorator_list, *stmt.bases, *stmt.keywords]):
                 found.add(stmt.name)
         elif _calls(stmt, form, name):
             named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
             found.add(stmt.name if named else MODULE_PART)  # type: ignore[attr-defined]
     return sorted(found)
+
+
+def _methods_apart(cls: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The methods of a class that are parts of their own (`Class.method`): each one that does not
+    share a line with what comes before it (one that does stays in the class's part)."""
+    found = []
+    at = _span(cls)[0]
+    for inner in cls.body:
+        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first, last = _span(inner)
+            if first >= at:
+                found.append(inner)
+                at = last + 1
+    return found
 
 
 def _calls(node: ast.AST, form: str, name: str) -> bool:
