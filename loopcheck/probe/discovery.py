@@ -237,8 +237,8 @@ class Discovery:
         if probe.scaler is not None:
             if id(scaler) not in self._told:
                 self._told.add(id(scaler))
-                _warn(f"a second GradScaler is in use; the probe watches only the first "
-                      f"(pass scaler= to choose): AMP checks of the second are off")
+                _warn("a second GradScaler is in use; the probe watches only the first "
+                      "(pass scaler= to choose): AMP checks of the second are off")
             return False
         if optimizer is not None and id(optimizer) not in probe.opt_index:
             self._adopt_optimizer(optimizer)

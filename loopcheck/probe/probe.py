@@ -98,6 +98,8 @@ class Probe:
         self.hooks = contextlib.ExitStack()
         self._detector_hooks = contextlib.ExitStack()
         self.rank, self.world_size = distributed.rank_and_size()
+        # under torch.distributed with on_finding="raise" the sentinel's verdict is all-reduced
+        self._raise_together = self.world_size > 1 and on_finding == "raise"
         self.is_main = self.rank == 0
         self._found: dict[tuple[str, str | None, int | None], int] = {}
         self._unsent: list[Finding] = []
@@ -347,13 +349,21 @@ class Probe:
     def _root_hook(self, root: nn.Module, event: str) -> Callable[..., None]:
         """A probed model's forward pre-hook (`on_forward_pre`, given the arguments) or forward hook
         (`on_forward`, given the output)."""
-        key = id(root)
+        key, pre = id(root), event == "on_forward_pre"
 
-        def hook(module: nn.Module, *passed: Any) -> None:
+        def hook(module: nn.Module, args: Any, output: Any = None) -> None:
             if self.live:
                 i = self.root_index.get(key)
                 if i is not None:
-                    self._dispatch(event, i, module, passed[-1])  # the arguments, or the output after them
+                    passed = args if pre else output
+                    # `_dispatch` written out: this runs at every forward pass, where a call more shows
+                    for det, fn in self._calls[event]:
+                        try:
+                            fn(i, module, passed)
+                        except ProbeError:
+                            raise
+                        except Exception as err:
+                            self._fail(det, err)
         return own(hook)
 
     def _step_pre_hook(self, opt: Optimizer) -> Callable[..., Any]:
@@ -408,7 +418,7 @@ class Probe:
             self._serial += 1
             self._take_losses(i)
             norms = self.grad_norms(i) if self._norms_wanted and self.watched(i) else None
-            self.steps.append(StepRecord(self.step + 1, i, self.loss_read[i], norms))
+            self.steps.append(_new(StepRecord, (self.step + 1, i, self.loss_read[i], norms)))
             self._dispatch("on_step_pre", i, optimizer)
             self._sentinel()  # seals the step's values, then judges them
         finally:
@@ -416,7 +426,7 @@ class Probe:
                 torch._C._set_grad_enabled(True)
 
     def _sentinel(self) -> None:
-        together = self.world_size > 1 and self.on_finding == "raise"
+        together = self._raise_together
         tripped = (self.readings.tripped(distributed.all_ranks_max, self._main_device()) if together
                    else self.readings.tripped())
         if tripped and not self._tripped:
@@ -493,10 +503,10 @@ class Probe:
     def _take_losses(self, i: int) -> None:
         losses, self._pending_losses = self._pending_losses, []
         loss: Any
-        on_cpu = losses and self.readings.on_cpu and (
-            losses[0].is_cpu if len(losses) == 1 else all(v.is_cpu for v in losses))
-        if on_cpu:  # read now (no synchronisation on the CPU), and the graphs let go
-            loss = _total(losses)
+        if len(losses) == 1 and self.readings.on_cpu and losses[0].is_cpu:  # the usual CPU step
+            loss = losses[0].item()
+        elif losses and self.readings.on_cpu and all(v.is_cpu for v in losses):
+            loss = _total(losses)  # read now (no synchronisation on the CPU), and the graphs let go
         else:
             loss = _fold(losses)
         self.step_loss[i] = loss
@@ -634,7 +644,8 @@ class Probe:
         branch beside the first layer, a fault confined to one weight's gradient) is applied, and
         the next step finds the weight non-finite, or the next watched step reads the gradient.
         """
-        if self.watched(i):
+        watching = self._watching  # (`watched`, written out)
+        if i >= len(watching) or watching[i]:
             return self.grad_norms(i)
         cached = self._norms.get(i)
         if cached is not None and cached[0] == self._serial:
@@ -652,7 +663,7 @@ class Probe:
 
     def _queue_norms(self, i: int, values: list[torch.Tensor], positions: list[int], exact: bool) -> "StepNorms":
         """Queue optimizer `i`'s gradient values of this step in `readings`: this step's, until the next."""
-        result = StepNorms(values, positions, self.readings.add(values), exact)
+        result = _new(StepNorms, (values, positions, self.readings.add(values), exact))
         self._norms[i] = (self._serial, result)
         return result
 
@@ -704,14 +715,14 @@ class Probe:
         # New mappings, not updates: a dispatch running now keeps the tuple it started with.
         full = {} if hook is None else dict(self._full_calls)
         for name in names:
-            full[name] = tuple((det, fn) for det, fn in self._methods[name] if det.enabled and name not in det.idle)
+            full[name] = tuple([(det, fn) for det, fn in self._methods[name] if det.enabled and name not in det.idle])
         if "on_step" in names:  # the steps of the other optimizers go only to the detectors that count them too
             names = (*names, "on_step_others")
-            full["on_step_others"] = tuple((det, fn) for det, fn in full["on_step"] if not det.first_optimizer_steps)
+            full["on_step_others"] = tuple([(det, fn) for det, fn in full["on_step"] if not det.first_optimizer_steps])
         lean = {} if hook is None else dict(self._lean_calls)
         for name in names:
             base = "on_step" if name == "on_step_others" else name
-            lean[name] = tuple((det, fn) for det, fn in full[name] if base not in det.watched_only)
+            lean[name] = tuple([(det, fn) for det, fn in full[name] if base not in det.watched_only])
         self._full_calls, self._lean_calls = full, lean
         self._calls = lean if self._lean else full
         if hook is None:
@@ -725,10 +736,9 @@ class Probe:
         Each optimizer's coming step is judged once, when it stepped (`i`), or every one when the
         set of optimizers changed: this runs after every step, with the caches cold, where each
         further call costs microseconds."""
-        config, applied, check_every = self.config, self._applied, self.cadence.check_every
+        applied, check_every, every = self._applied, self.cadence.check_every, self.config.every
         if i is None:
-            self._full = [False] * len(applied)
-            self._watching = [False] * len(applied)
+            self._full, self._watching = [False] * len(applied), [False] * len(applied)
             indices: Any = range(len(applied))
         else:
             indices = (i,)
@@ -736,8 +746,8 @@ class Probe:
         for j in indices:
             coming = applied[j] + 1
             watching[j] = watched_step(coming, check_every)
-            full[j] = watching[j] or coming % config.every == 0
-        lean = bool(full) and not any(full)
+            full[j] = watching[j] or coming % every == 0
+        lean = bool(full) and True not in full
         if lean is not self._lean:
             self._lean = lean
             self._calls = self._lean_calls if lean else self._full_calls
@@ -851,6 +861,11 @@ def _wrap_getstate(original: Callable[..., Any]) -> Callable[..., Any]:
 
 _PENDING_LOSSES = 64  # losses of backward calls kept (CPU: with their graphs) until a step reads them
 _SMALL = 4096  # values of a parameter whose gradient `Probe.grad_checks` may read at every step
+
+
+# Builds a NamedTuple from a tuple of its fields in one C call: its own __new__ is a Python function,
+# a frame more on the per-step path.
+_new = tuple.__new__
 
 
 class StepRecord(NamedTuple):

@@ -40,16 +40,18 @@ class RobustLevel:
             return None
         x = math.log(value)
         verdict = None
-        if len(self.values) >= self.warmup:
-            med = _middle(self._sorted)
+        values, ordered = self.values, self._sorted
+        n = len(ordered)
+        if n >= self.warmup:
+            mid = n // 2  # `_middle`, written out: this runs for every loss and norm
+            med = ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
             # the deviation (a sort) is only needed for a value already `ratio` above the median
-            if x - med > self.log_ratio and x - med > self.z * 1.4826 * _median([abs(v - med) for v in self.values]):
+            if x - med > self.log_ratio and x - med > self.z * 1.4826 * _median([abs(v - med) for v in values]):
                 verdict = math.exp(med)
-        values = self.values
-        if len(values) == values.maxlen:
-            del self._sorted[bisect.bisect_left(self._sorted, values[0])]
+        if n == values.maxlen:
+            del ordered[bisect.bisect_left(ordered, values[0])]
         values.append(x)
-        bisect.insort(self._sorted, x)
+        bisect.insort(ordered, x)
         return verdict
 
 

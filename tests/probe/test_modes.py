@@ -81,6 +81,25 @@ def test_frozen_eval_backbone_norm_eval_and_pseudo_labels_are_fine(batches):
     assert probe.findings == []
 
 
+def test_backbone_unfrozen_mid_run_while_left_in_eval(batches):
+    """Unfreezing (requires_grad_) calls neither train() nor eval(): the detector sees it at the next
+    sample, from the flags it keeps, and only then does the eval-mode backbone count as trained."""
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU())
+    model = nn.Sequential(backbone, nn.Linear(32, 4))
+    backbone.requires_grad_(False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    model.train()
+    backbone.eval()
+    with loopcheck.probe(model, opt, on_finding="ignore", summary=False, every=5) as probe:
+        for k, (x, y) in enumerate(batches.epoch(30)):
+            if k == 12:
+                backbone.requires_grad_(True)  # fine-tuning starts, the backbone still in eval mode
+            fit(model, opt, x, y)
+    (f,) = probe.findings
+    assert f.code == "LP401" and f.where == "0" and f.step == 15  # the sample after step 15
+
+
 def test_swa_batchnorm_recalibration_is_not_evaluation(net, batches):
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     swa = AveragedModel(net)

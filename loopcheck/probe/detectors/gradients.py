@@ -352,7 +352,6 @@ class UpdateRatioDetector(Detector):
         self._pending: list[tuple[int, int, slice]] = []  # (step, optimizer, read)
         self._high: dict[int, int] = defaultdict(int)
         self._first: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (ratio, matrix) of the first steps
-        self.idle = frozenset({"on_step"})
 
     def on_step_pre(self, index: int, optimizer: Any) -> None:
         if self._before:
@@ -366,8 +365,6 @@ class UpdateRatioDetector(Detector):
         if rows:
             with no_grad():
                 self._before[index] = [r.clone() for r in rows]
-            if applied >= _FIRST_STEPS:  # a sample follows this step: measure right after it
-                self.probe.listen(self, "on_step", True)
 
     def _choose(self, index: int, optimizer: Any) -> None:
         """At the optimizer's first step: the matrices to measure, and their norms before it."""
@@ -390,13 +387,15 @@ class UpdateRatioDetector(Detector):
         self._measure(index)  # a skipped step leaves the weights as the last applied one did
 
     def on_step(self, index: int, optimizer: Any) -> None:
-        self._measure(index)
-        if not self._before:
-            self.probe.listen(self, "on_step", False)
+        # right after the step (a sample may follow): a dict test at other steps, where switching
+        # this call on and off around each sample cost more
+        if self._before:
+            self._measure(index)
 
     def _measure(self, index: int) -> None:
-        """The change made by optimizer `index`'s last step: right after the steps a sample follows,
-        else at its next step (the weights are still those the step left): no call after every step."""
+        """The change made by optimizer `index`'s last step, read right after it (`on_step`), or at the
+        next step when something stepped it without the probe's step hooks (the weights are still
+        those the step left)."""
         before = self._before.pop(index, None)
         if before is None:
             return

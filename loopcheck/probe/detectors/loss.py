@@ -40,17 +40,18 @@ class LossSpikeDetector(Detector):
         if not pending:
             return
         host = self.probe.readings.host()
+        levels, values, start, recent = self._levels, self._values, self._start, self._recent
         for at, index, read, _ in pending:
-            (value,) = host[read]
+            value = host[read.start]  # (one value)
             if not math.isfinite(value):
                 continue  # LP105 is the non-finite detector's
             if index == 0:
-                self._values.append(value)
-                if len(self._start) < _START:
-                    self._start.append(value)
+                values.append(value)
+                if len(start) < _START:
+                    start.append(value)
                 else:
-                    self._recent.append(value)
-            level = self._levels[index].push(value)
+                    recent.append(value)
+            level = levels[index].push(value)
             if level is not None:
                 self.report(
                     "LP501",

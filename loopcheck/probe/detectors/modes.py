@@ -66,6 +66,16 @@ class _State:
     train_dependent: list[str] = field(default_factory=list)  # mode-dependent modules in train mode
     train_modules: list[nn.Module] = field(default_factory=list)
     recalibrating: bool = False  # every batch norm averages cumulatively (swa_utils.update_bn)
+    # what it was computed from that can change without a train()/eval() call, and its flags then
+    modules: list[nn.Module] = field(default_factory=list)
+    params: list[nn.Parameter] = field(default_factory=list)
+    norms: list[nn.Module] = field(default_factory=list)
+    flags: tuple[bool, ...] = ()
+
+    def current_flags(self) -> tuple[bool, ...]:
+        """Training flags, requires_grad and cumulative averaging, read now (one pass, no module walk)."""
+        return (*[m.training for m in self.modules], *[p.requires_grad for p in self.params],
+                *[m.momentum is None for m in self.norms])
 
 
 class ModeDetector(Detector):
@@ -115,6 +125,8 @@ class ModeDetector(Detector):
                     and any(mode_dependent(m) for m in module.modules())):
                 state.eval_subtrees.append(qual)
         state.recalibrating = bool(norms) and all(m.momentum is None for m in norms)
+        state.modules, state.params, state.norms = list(root.modules()), list(root.parameters()), norms
+        state.flags = state.current_flags()
         return state
 
     def on_mode_change(self, module: nn.Module) -> None:
@@ -122,8 +134,12 @@ class ModeDetector(Detector):
         self._alarm = None
 
     def on_sample(self, step: int, final: bool) -> None:
-        self._states.clear()  # requires_grad may have changed (unfreezing)
-        self._alarm = None
+        # requires_grad may have changed (unfreezing), or a flag set without train()/eval()
+        stale = [i for i, state in self._states.items() if state.current_flags() != state.flags]
+        if stale:
+            for i in stale:
+                del self._states[i]
+            self._alarm = None
 
     def _find_alarm(self) -> set[int]:
         self._alarm = {i for i in range(len(self.probe.models))

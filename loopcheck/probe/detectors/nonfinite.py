@@ -341,14 +341,16 @@ class NonFiniteDetector(Detector):
             inputs = args if args[0].is_floating_point() else ()
         else:
             inputs = float_tensors(args)
-        for t in inputs:
+        if inputs:
             # Held only in a training forward on the CPU, judged at its optimizer step; the verdict
             # of an evaluation pass, or on an accelerator, comes later: reduce it now.
-            if not self._eager_state and torch.is_grad_enabled() and not t.is_inference():
-                self._held.append((weakref.ref(t), t._version))
-                recs.append((index, _INPUT_HELD))
-            else:
-                self._record_forward(t, index, _INPUT)
+            hold = not self._eager_state and torch.is_grad_enabled()
+            for t in inputs:
+                if hold and not t.is_inference():
+                    self._held.append((weakref.ref(t), t._version))
+                    recs.append((index, _INPUT_HELD))
+                else:
+                    self._record_forward(t, index, _INPUT)
         if len(recs) >= _FOLD_AT:
             self._note_fold()
 
@@ -358,7 +360,13 @@ class NonFiniteDetector(Detector):
             # sentinel judged its step (at the optimizer step). A NaN/Inf in it reaches the loss
             # or the gradients the sentinel reads, and is then localised.
             if type(output) is torch.Tensor:  # the usual model, kept short: this runs at every forward
-                tensors: Any = (output,) if output.dtype is torch.float32 else ()
+                if output.dtype is torch.float32:
+                    if self._depth > 0:
+                        self._depth -= 1
+                    self._outputs.append((output, -1 if output.is_inference() else output._version))
+                    self._recs.append((self._root_index[root], _OUTPUT_HELD))  # the next forward checks for a fold
+                    return
+                tensors: Any = ()
             else:
                 tensors = float_tensors(output)
                 if not all(t.dtype is torch.float32 for t in tensors):
