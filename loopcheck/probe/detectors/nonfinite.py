@@ -363,7 +363,7 @@ class NonFiniteDetector(Detector):
                 if output.dtype is torch.float32:
                     if self._depth > 0:
                         self._depth -= 1
-                    self._outputs.append((output, -1 if output.is_inference() else output._version))
+                    self._outputs.append((output, _version(output)))
                     self._recs.append((self._root_index[root], _OUTPUT_HELD))  # the next forward checks for a fold
                     return
                 tensors: Any = ()
