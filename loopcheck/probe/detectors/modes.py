@@ -2,7 +2,8 @@
 
 Mode-dependent modules are dropout, batch norm (and instance norm with running statistics),
 attention and RNN layers with dropout. The state of a model is computed again only after a
-train()/eval() call on it, so a forward pass costs one flag check.
+train()/eval() call on it, or at a sample when one of the flags it was computed from changed
+(`requires_grad` when a backbone is unfrozen), so a forward pass costs one flag check.
 
 LP402 has two shapes: two or more no-grad passes in a row in train mode (an evaluation loop), and
 a single one between two optimizer steps when the steps before it had none (one validation batch
@@ -67,6 +68,7 @@ class _State:
     train_modules: list[nn.Module] = field(default_factory=list)
     recalibrating: bool = False  # every batch norm averages cumulatively (swa_utils.update_bn)
     # what it was computed from that can change without a train()/eval() call, and its flags then
+    # (a layer added or replaced later is seen at the next train()/eval() call)
     modules: list[nn.Module] = field(default_factory=list)
     params: list[nn.Parameter] = field(default_factory=list)
     norms: list[nn.Module] = field(default_factory=list)
