@@ -64,8 +64,11 @@ def torch_name(qualified: str | None, table: dict[str, str]) -> str | None:
 
 def dotted(expr: cst.CSTNode | None) -> str | None:
     """`a.b.c` for a Name / Attribute chain, else None."""
-    if type(expr) is cst.Name:  # exact types: isinstance against libcst's ABCs is slow
+    kind = type(expr)
+    if kind is cst.Name:  # exact types: isinstance against libcst's ABCs is slow
         return expr.value  # type: ignore[union-attr]
+    if kind is cst.Attribute and type(expr.value) is cst.Name:  # `a.b`, the usual chain, without a list
+        return f"{expr.value.value}.{expr.attr.value}"  # type: ignore[union-attr]
     parts = name_chain(expr)
     return ".".join(parts) if parts is not None else None
 
@@ -77,6 +80,8 @@ def name_chain(expr: cst.CSTNode | None) -> list[str] | None:
         return [expr.value]  # type: ignore[union-attr]
     if kind is not cst.Attribute:
         return None
+    if type(expr.value) is cst.Name:  # type: ignore[union-attr]
+        return [expr.value.value, expr.attr.value]  # type: ignore[union-attr]
     parts = [expr.attr.value]  # type: ignore[union-attr]
     node = expr.value  # type: ignore[union-attr]
     while type(node) is cst.Attribute:

@@ -49,8 +49,12 @@ class BuilderNames:
     def canon(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
         """The name an expression `a.b.c` stands for, its root mapped through the frame's
         parameters (`model.fc` in a helper called with `net` is `net.fc`); None for others."""
-        if type(node) is cst.Name:
+        kind = type(node)
+        if kind is cst.Name:
             return frame.env.get(node.value, node.value)  # type: ignore[attr-defined]
+        if kind is cst.Attribute and type(node.value) is cst.Name:  # `a.b` without a list
+            root = node.value.value  # type: ignore[attr-defined]
+            return f"{frame.env.get(root, root)}.{node.attr.value}"  # type: ignore[attr-defined]
         parts = name_chain(node)
         if parts is None:
             return None
