@@ -112,12 +112,23 @@ class BuilderInlining:
         """`Process(target=train, args=(model, loader))`, `Thread(target=...)`, `mp.spawn(train,
         args=(...))`: the function runs with those arguments, so it is followed from here with the
         caller's facts (a spawned function receives the process index first). True when followed."""
-        qual = frame.unit.qualify(call.func) or _dotted(call.func) or ""
+        func = call.func
+        # the name's last part first, as `qualify` would give it (imports map only a chain's root):
+        # nearly every call is none of these, and is let go without qualifying it
+        if type(func) is cst.Attribute:
+            written = func.attr.value
+        elif type(func) is cst.Name:
+            written = frame.unit.imports.get(func.value, func.value).rsplit(".", 1)[-1]
+        else:
+            written = None
+        if written is not None and written not in _SPAWNING:
+            return False
+        qual = frame.unit.qualify(func) or _dotted(func) or ""
         last = qual.rsplit(".", 1)[-1]
         leading: list[cst.Arg] = []
-        if last in ("Process", "Thread"):
+        if last in _TARGET_TAKERS:
             fn, packed, named = _kw(call, "target"), _kw(call, "args"), _kw(call, "kwargs")
-        elif last in ("spawn", "start_processes") and ("multiprocessing" in qual or qual.split(".")[0] in ("mp", "xmp", "torch")):
+        elif last in _SPAWNERS and ("multiprocessing" in qual or qual.split(".")[0] in ("mp", "xmp", "torch")):
             fn = _kw(call, "fn") or _positional(call, 0)
             packed, named = _kw(call, "args"), None
             leading = [cst.Arg(cst.Name("rank"))]  # the process index; not an object of the caller
@@ -415,6 +426,12 @@ def _overridden_below(cls: _Class, name: str, unit: _Unit) -> bool:
     """Another class of the file derives from `cls` and defines `name` again."""
     return any(other is not cls and name in other.methods and any(b is cls for b in other.base_classes())
                for other in unit.classes.values())
+
+
+# what `_try_callable_argument` follows: a callable passed as `target=`, or spawned as the first argument
+_TARGET_TAKERS = frozenset({"Process", "Thread"})
+_SPAWNERS = frozenset({"spawn", "start_processes"})
+_SPAWNING = _TARGET_TAKERS | _SPAWNERS
 
 
 def _abstract(fdef: cst.FunctionDef) -> bool:
