@@ -48,12 +48,16 @@ class BuilderCalls:
     def walk_expr(self, node: cst.CSTNode, frame: _Frame) -> None:
         """Visit the calls of an expression, innermost (evaluated) first."""
         kind = type(node)  # exact types: isinstance against libcst's ABCs is slow when it fails
+        opaque = _OPAQUE_EXPRESSIONS  # (names and literals, most arguments, are not walked into: no call)
         if kind is cst.Call:
-            self.walk_expr(node.func, frame)  # type: ignore[attr-defined]
+            func = node.func  # type: ignore[attr-defined]
+            if type(func) not in opaque and not (type(func) is cst.Attribute and type(func.value) is cst.Name):
+                self.walk_expr(func, frame)
             for arg in node.args:  # type: ignore[attr-defined]
-                self.walk_expr(arg.value, frame)
+                if type(arg.value) not in opaque:
+                    self.walk_expr(arg.value, frame)
             self.on_call(node, frame)  # type: ignore[arg-type]
-        elif kind in _OPAQUE_EXPRESSIONS:
+        elif kind in opaque:
             return
         elif kind is cst.Attribute:
             self.walk_expr(node.value, frame)  # type: ignore[attr-defined]

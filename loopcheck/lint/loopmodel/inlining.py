@@ -40,7 +40,7 @@ class BuilderInlining:
         target: tuple[cst.FunctionDef, _Unit, _Class | None] | None = None
         bound_self = False
         instance = frame.self_cls  # the class of `self` in the callee
-        if type(func) in (cst.Name, cst.Attribute) and site is None:
+        if self.deferred and type(func) in (cst.Name, cst.Attribute) and site is None:
             deferred = self.deferred.get(self.canon(func, frame) or "")
             if deferred is not None:
                 return self._run_deferred(deferred, call, frame)
