@@ -615,11 +615,11 @@ class Flow:
         fname = func.name.value
         out = []
         if cls is not None and fname == "__init__":
-            form, callee = "name", cls.name.value
+            form, called = "name", cls.name.value
         else:
-            form, callee = ("attr" if cls is not None else "name"), fname
-        self._read_calls(index, form, callee)
-        candidates = index.calls_to(form, callee)
+            form, called = ("attr" if cls is not None else "name"), fname
+        self._read_calls(index, form, called)
+        candidates = index.calls_to(form, called)
         for call in candidates:
             callee = call.func
             if cls is not None and fname == "__init__":

@@ -644,8 +644,7 @@ class Probe:
         branch beside the first layer, a fault confined to one weight's gradient) is applied, and
         the next step finds the weight non-finite, or the next watched step reads the gradient.
         """
-        watching = self._watching  # (`watched`, written out)
-        if i >= len(watching) or watching[i]:
+        if self.watched(i):
             return self.grad_norms(i)
         cached = self._norms.get(i)
         if cached is not None and cached[0] == self._serial:

@@ -43,8 +43,7 @@ class RobustLevel:
         values, ordered = self.values, self._sorted
         n = len(ordered)
         if n >= self.warmup:
-            mid = n // 2  # `_middle`, written out: this runs for every loss and norm
-            med = ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+            med = _middle(ordered)
             # the deviation (a sort) is only needed for a value already `ratio` above the median
             if x - med > self.log_ratio and x - med > self.z * 1.4826 * _median([abs(v - med) for v in values]):
                 verdict = math.exp(med)

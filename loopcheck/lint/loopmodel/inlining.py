@@ -113,16 +113,8 @@ class BuilderInlining:
         args=(...))`: the function runs with those arguments, so it is followed from here with the
         caller's facts (a spawned function receives the process index first). True when followed."""
         func = call.func
-        # the name's last part first, as `qualify` would give it (imports map only a chain's root):
-        # nearly every call is none of these, and is let go without qualifying it
-        if type(func) is cst.Attribute:
-            written = func.attr.value
-        elif type(func) is cst.Name:
-            written = frame.unit.imports.get(func.value, func.value).rsplit(".", 1)[-1]
-        else:
-            written = None
-        if written is not None and written not in _SPAWNING:
-            return False
+        if type(func) is cst.Attribute and func.attr.value not in _SPAWNING:
+            return False  # (qualifying maps only a chain's root: the last part stays; most calls end here)
         qual = frame.unit.qualify(func) or _dotted(func) or ""
         last = qual.rsplit(".", 1)[-1]
         leading: list[cst.Arg] = []
