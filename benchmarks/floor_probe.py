@@ -29,9 +29,11 @@ from loopcheck.probe.probe import _SMALL
 class FloorProbe:
     """A context manager: hooks in on enter, all of them out on exit."""
 
-    def __init__(self, models: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    def __init__(self, models: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer],
+                 check_every: int | None = None) -> None:
         defaults = ProbeConfig()
-        self.every, self.cadence = defaults.every, Cadence(defaults.check_every)
+        # `check_every` fixes the interval as the probe's option does (`probe_work.py` counts with it fixed)
+        self.every, self.cadence = defaults.every, Cadence(check_every or defaults.check_every)
         self.models, self.optimizers = list(models), list(optimizers)
         self.params = [[p for group in opt.param_groups for p in group["params"]] for opt in self.optimizers]
         self.small = [[p for p in params if p.numel() < _SMALL] for params in self.params]

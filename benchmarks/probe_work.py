@@ -16,9 +16,12 @@ cost per instruction: instructions, C calls and Python calls weigh differently a
 are not in them. Use them to compare versions of the probe (`--against REF`: the probe package
 as committed at git revision REF, counted the same way) and to find what to cut (`--top N`: the
 probe's own functions by instructions per lean step); `probe_overhead.py` gives the time.
+`--floor` counts the overhead floor the same way (`floor_probe.py`: the work the default
+configuration cannot skip, in plain hooks), on the same steps: what the probe does beyond it is
+what its design costs.
 
     python benchmarks/probe_work.py [--models mlp,vae,cnn,lstm,gpt,gan] [--steps 200] [--settle 40]
-                                    [--check-every 8] [--against REF] [--top N]
+                                    [--check-every 8] [--against REF] [--top N] [--floor]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any, Callable
 import torch
 
 import loopcheck
+from floor_probe import FloorProbe
 from probe_overhead import probe_at, step_kind
 from shapes import SHAPES, build
 
@@ -84,7 +88,9 @@ def run(model: str, probe_class: Any, args: argparse.Namespace) -> list[tuple[st
     """Each counted step of `model`, with its kind; bare when `probe_class` is None."""
     shape = build(model)
     probe = None
-    if probe_class is not None:
+    if probe_class is FloorProbe:
+        probe = FloorProbe(shape.models, shape.optimizers, check_every=args.check_every)
+    elif probe_class is not None:
         probe = probe_class(shape.models, shape.optimizers, scheduler=shape.scheduler, summary=False,
                             check_every=args.check_every)
     warnings.simplefilter("ignore")
@@ -98,12 +104,16 @@ def run(model: str, probe_class: Any, args: argparse.Namespace) -> list[tuple[st
     return steps
 
 
-def extra_work(model: str, probe_class: Any, args: argparse.Namespace) -> dict[str, Any]:
+def extra_work(model: str, probe_class: Any, args: argparse.Namespace,
+               kinds: list[str | None] | None = None) -> dict[str, Any]:
     """Per kind of step and on average: the probed steps' counts less the bare steps' (the same
     steps of the same run); and the probe's own functions' instructions per lean step."""
     probed = run(model, probe_class, args)
     bare = run(model, None, args)
-    package = Path(sys.modules[probe_class.__module__].__file__).parent
+    if kinds is not None:  # the floor does not tell its kinds of step: the probe's, on the same steps
+        probed = [(kind, counts) for kind, (_, counts) in zip(kinds, probed)]
+    source = Path(sys.modules[probe_class.__module__].__file__)
+    package = source if probe_class is FloorProbe else source.parent  # whose functions `--top` lists
     sums: dict[str, list[int]] = {}
     functions: Counter[tuple[str, str]] = Counter()
     for (kind, with_probe), (_, without) in zip(probed, bare):
@@ -119,7 +129,8 @@ def extra_work(model: str, probe_class: Any, args: argparse.Namespace) -> dict[s
                     functions[(str(Path(path).relative_to(package.parent)), name)] += n
     per_step = {key: [v / entry[3] for v in entry[:3]] + [entry[3]] for key, entry in sums.items()}
     lean = sums.get("lean", [0, 0, 0, 1])[3]
-    return {"per_step": per_step, "functions": [(f"{path}:{name}", n / lean) for (path, name), n in functions.most_common()]}
+    return {"per_step": per_step, "kinds": [kind for kind, _ in probed],
+            "functions": [(f"{path}:{name}", n / lean) for (path, name), n in functions.most_common()]}
 
 
 def _row(label: str, values: list[float]) -> str:
@@ -134,6 +145,8 @@ def main() -> None:
     parser.add_argument("--check-every", type=int, default=8, help="the probe's check_every, fixed (see above)")
     parser.add_argument("--against", metavar="REF", help="also count the probe committed at git revision REF")
     parser.add_argument("--top", type=int, default=0, metavar="N", help="the probe's N busiest functions per lean step")
+    parser.add_argument("--floor", action="store_true",
+                        help="also count the overhead floor (floor_probe.py: the work the defaults cannot skip)")
     args = parser.parse_args()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in SHAPES]
@@ -150,6 +163,8 @@ def main() -> None:
               f"{args.check_every}): instructions, C calls and Python calls, probed less bare")
         for model in models:
             results = {name: extra_work(model, probe_class, args) for name, probe_class in versions.items()}
+            if args.floor:
+                results["floor"] = extra_work(model, FloorProbe, args, kinds=results["this"]["kinds"])
             for name, result in results.items():
                 per_step = result["per_step"]
                 mix = ", ".join(f"{kind} {per_step[kind][3]}" for kind in _KINDS if kind in per_step)
@@ -159,11 +174,11 @@ def main() -> None:
                         print(f"{'':<17} " + _row(kind, per_step[kind]))
                 for function, n in result["functions"][:args.top]:
                     print(f"{'':<17} {n:8.1f}  {function}")
-            if args.against:
-                this, that = results["this"]["per_step"]["mean"], results[args.against]["per_step"]["mean"]
+            for other in [name for name in (args.against, "floor" if args.floor else None) if name]:
+                this, that = results["this"]["per_step"]["mean"], results[other]["per_step"]["mean"]
                 change = [f"{name} {a - b:+.0f} ({(a - b) / b:+.0%})" if b else f"{name} {a - b:+.0f}"
                           for name, a, b in zip(_MEASURES, this, that)]
-                print(f"{model:<6} difference per step, this less {args.against}: " + ", ".join(change), flush=True)
+                print(f"{model:<6} difference per step, this less {other}: " + ", ".join(change), flush=True)
 
 
 if __name__ == "__main__":

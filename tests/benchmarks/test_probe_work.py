@@ -34,3 +34,16 @@ def test_counts_per_kind_of_step_are_positive_and_repeat_exactly():
 def test_an_unknown_model_is_a_usage_error():
     done = _run("--models", "resnet")
     assert done.returncode == 2 and "unknown model(s) resnet" in done.stderr
+
+
+def test_the_floor_is_counted_on_the_same_steps_and_does_less_than_the_probe():
+    done = _run(*TINY, "--floor")
+    assert done.returncode == 0, done.stderr
+    means = re.findall(r"^ +mean +instructions +(-?\d+)", done.stdout, re.M)
+    assert len(means) == 2  # the probe's, then the floor's
+    probe, floor = (int(n) for n in means)
+    assert 0 < floor < probe
+    steps = re.findall(r"^mlp +(this|floor) +steps: (.*)$", done.stdout, re.M)
+    assert [name for name, _ in steps] == ["this", "floor"] and steps[0][1] == steps[1][1]
+    assert re.search(r"^ +[\d.]+  floor_probe\.py:\S+$", done.stdout, re.M)  # its own functions only
+    assert re.search(r"^mlp +difference per step, this less floor: instructions \+\d+", done.stdout, re.M)

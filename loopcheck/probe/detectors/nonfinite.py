@@ -140,6 +140,10 @@ class NonFiniteDetector(Detector):
         self._groups: list[_Group] = []
         self._replan = False  # a train()/eval() call may have changed which groups are trusted whole
         self._root_index = [probe.module_index[id(m)] for m in probe.models]
+        # each probed model's records of a forward's start, its held input and output, built once
+        self._enter_recs = [(index, _ENTER) for index in self._root_index]
+        self._input_recs = [(index, _INPUT_HELD) for index in self._root_index]
+        self._output_recs = [(index, _OUTPUT_HELD) for index in self._root_index]
         # On the CPU the probe reads each step's values at its optimizer step (`Probe._sentinel`),
         # before the update: the parameters of the layers that ran are still those of the forward
         # pass, so they are checked only when localising. On an accelerator the values are read
@@ -147,6 +151,7 @@ class NonFiniteDetector(Detector):
         self._eager_state = probe.off_cpu
         # a probed model's training output is held, not reduced (see `on_forward`)
         self._holds_outputs = not self._eager_state and not self.config.backward_hooks
+        self._holds_inputs = not self._eager_state  # (in training forwards: see `on_forward_pre`)
         self._root_hooks: dict[int, Callable[..., None]] = {}
         # Lean until armed (see `_arm`): the covered layers and dense groups have no hooks; a step
         # that turns out non-finite is localised with each probed model's covered layers judged
@@ -330,21 +335,31 @@ class NonFiniteDetector(Detector):
         self._depth += 1
         self._last = _dead  # a new forward pass: nothing before it is a child's output
         self._entered = True
-        index = self._root_index[root]
         recs = self._recs
-        recs.append((index, _ENTER))
+        recs.append(self._enter_recs[root])
         if self._replan:
             self._replan = False
             for group in self._groups:
                 self._plan(group)
-        if len(args) == 1 and type(args[0]) is torch.Tensor:  # the usual call: one batch
-            inputs = args if args[0].is_floating_point() else ()
+        if len(args) == 1 and type(t := args[0]) is torch.Tensor:  # the usual call: one batch
+            if not t.is_floating_point():
+                inputs: Any = ()
+            elif self._holds_inputs and torch.is_grad_enabled() and not t.is_inference():
+                # kept short: this runs at every training forward on the CPU (see below)
+                self._held.append((weakref.ref(t), t._version))
+                recs.append(self._input_recs[root])
+                if len(recs) >= _FOLD_AT:
+                    self._note_fold()
+                return
+            else:
+                inputs = args
         else:
             inputs = float_tensors(args)
+        index = self._root_index[root]
         if inputs:
             # Held only in a training forward on the CPU, judged at its optimizer step; the verdict
             # of an evaluation pass, or on an accelerator, comes later: reduce it now.
-            hold = not self._eager_state and torch.is_grad_enabled()
+            hold = self._holds_inputs and torch.is_grad_enabled()
             for t in inputs:
                 if hold and not t.is_inference():
                     self._held.append((weakref.ref(t), t._version))
@@ -364,7 +379,7 @@ class NonFiniteDetector(Detector):
                     if self._depth > 0:
                         self._depth -= 1
                     self._outputs.append((output, _version(output)))
-                    self._recs.append((self._root_index[root], _OUTPUT_HELD))  # the next forward checks for a fold
+                    self._recs.append(self._output_recs[root])  # the next forward checks for a fold
                     return
                 tensors: Any = ()
             else:
