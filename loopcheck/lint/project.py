@@ -169,7 +169,7 @@ class Project:
         self._derived_parts: dict[str, Any] = {}  # key -> one file's part of a derived fact (`derived_part`)
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
-        self._words: dict[str, list[str]] | None = None  # word -> project files holding it
+        self._words: dict[bytes, list[str]] | None = None  # word (ASCII bytes) -> project files holding it
         self._overlays: dict[str, tuple[int, str]] = {}  # open buffers: path -> (version, text)
         self._version = 0
         # a file's analysis, kept with what it read (`consulting`): (path, codes) -> (stamps of the
@@ -654,17 +654,17 @@ class Project:
     def _holding(self, word: str) -> list[str]:
         """The project files whose text has `word` as a whole word (an index built once)."""
         if self._words is None:
-            index: dict[str, list[str]] = {}
+            index: dict[bytes, list[str]] = {}
             for f in self.files():
                 name = str(f)  # under the resolved roots: already real
                 try:
                     data = f.read_bytes()
                 except OSError:
                     continue
-                for token in set(_WORD.findall(data)):
-                    index.setdefault(token.decode("ascii", "replace"), []).append(name)
+                for token in set(_WORD.findall(data)):  # kept as bytes: decoding each token cost more than the rest
+                    index.setdefault(token, []).append(name)
             self._words = index
-        return self._words.get(word, [])
+        return self._words.get(word.encode("utf-8", "replace"), [])  # (an ASCII token or none)
 
     def keep_findings(self, path: str, codes: tuple[str, ...], findings: tuple[list, list],
                       reads: "Reads | None" = None) -> None:
