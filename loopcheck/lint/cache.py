@@ -165,7 +165,7 @@ class Cache:
             if raw.get("schema") != SCHEMA or raw.get("sha") != digest(data):
                 return self._miss()
             deps = raw["deps"]
-            if not isinstance(deps, dict) or any(self.file_hash(p) != h for p, h in deps.items()):
+            if not isinstance(deps, dict) or not self._hash_as(deps):
                 return self._miss()
             entry = Entry(
                 findings=[_finding_from_json(d) for d in raw["findings"]],

@@ -58,11 +58,17 @@ def _is_environment(folder: str) -> bool:
 
 def in_environment(path: Path) -> bool:
     """Whether path lies inside a Python environment or an installed-packages folder."""
-    path = Path(os.path.abspath(path))
-    for folder in path.parents:
-        if folder.name in ("site-packages", "dist-packages") or is_environment(folder):
-            return True
-    return False
+    return _environment_at_or_above(os.path.dirname(os.path.abspath(path)))
+
+
+@lru_cache(maxsize=4096)
+def _environment_at_or_above(folder: str) -> bool:
+    """Whether `folder` or a folder above it is an environment or an installed-packages folder
+    (asked for every import a project resolves: one answer per folder)."""
+    if os.path.basename(folder) in ("site-packages", "dist-packages") or _is_environment(folder):
+        return True
+    parent = os.path.dirname(folder)
+    return parent != folder and _environment_at_or_above(parent)
 
 
 def skipped_folder(folder: Path) -> bool:

@@ -645,12 +645,20 @@ def check_files(
     if not files:
         return []
     names = [str(f) for f in files]
-    tasks = [(n, enabled, promise_fixes) for n in names]
-    tasks += [(n, enabled, False) for n in _unlinted_dependents(names)]
     from loopcheck.lint.project import parts_kept_in
 
-    with parts_kept_in(getattr(store, "derived", None)):  # the lint cache keeps derived facts by file
-        analyses = _analyses(tasks, enabled, jobs, store)
+    # the lint cache keeps derived facts by file, and each file's resolved imports (which files
+    # import the ones linted: `_unlinted_dependents`)
+    with parts_kept_in(getattr(store, "derived", None)):
+        return _check_tasks(names, enabled, jobs, promise_fixes, store, reported_into)
+
+
+def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | None, promise_fixes: bool,
+                 store: AnalysisStore | None, reported_into: dict[str, set[str]] | None) -> list[FileResult]:
+    """`check_files` once its run is set up."""
+    tasks = [(n, enabled, promise_fixes) for n in names]
+    tasks += [(n, enabled, False) for n in _unlinted_dependents(names)]
+    analyses = _analyses(tasks, enabled, jobs, store)
     located: dict[str, list[Finding]] = {}
     listed = {os.path.realpath(n) for n in names}
     for analysis in analyses:

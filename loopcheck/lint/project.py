@@ -30,7 +30,8 @@ from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.source_text import SourceText
 from loopcheck.lint.summary import (
-    ModuleSummary, all_parts_digest, calling_parts, in_use, module_parts, summarize, summarize_parsed, summary_of,
+    ModuleSummary, all_parts_digest, calling_parts, content_digest, in_use, module_parts, summarize, summarize_parsed,
+    summary_of,
 )
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
@@ -161,6 +162,8 @@ class Project:
         self._reach: dict[str, tuple[str, ...]] = {}
         # per summary: its resolved imports, and where they were looked for first and nothing was
         self._imports: dict[int, tuple[ModuleSummary, list[Path], tuple[str, ...]]] = {}
+        # the same from the parts kept across runs (`_imports_kept`), by path with the file's stamp
+        self._imports_kept_now: dict[str, tuple[tuple[int, int] | None, tuple[None, list[Path], tuple[str, ...]]]] = {}
         self._mentions: dict[tuple[str, ...], dict[str, bool]] = {}  # words -> module -> reaches a mention
         self._edited: set[str] = set()  # buffers changed since reach was last asked about
         # what other modules derive from the whole project (what it saves), each kept with the
@@ -304,6 +307,7 @@ class Project:
         self._resolved.clear()
         self._missing.clear()
         self._dirs.clear()
+        self._imports_kept_now.clear()
         self._files = None
         self._words = None
         self._importers.clear()
@@ -524,6 +528,8 @@ class Project:
     def _imports_resolved(
         self, path: Path | str, source: bytes | None = None,
     ) -> tuple[ModuleSummary | None, list[Path], tuple[str, ...]]:
+        if source is None and _PARTS and not self._overlays:
+            return self._imports_kept(path)
         summary = self.summary(path) if source is None else summarize(source, str(path))
         if summary is None:
             return None, [], ()
@@ -531,6 +537,44 @@ class Project:
         if found is None or found[0] is not summary:
             found = self._imports[id(summary)] = (summary, *self._imports_in(path, summary))
         return found
+
+    def _imports_kept(self, path: Path | str) -> tuple[None, list[Path], tuple[str, ...]]:
+        """`_imports_resolved` from the parts a store keeps across runs (`parts_kept_in`): a
+        file's resolved imports, by its content and where its absolute imports are searched, good
+        while each file they resolved to is there and nothing is where they were looked for
+        before (a warm run asking who imports a module loads no summary and resolves nothing)."""
+        key = os.path.abspath(path)
+        self._note(key)
+        stamp = self.stamp(key)
+        known = self._imports_kept_now.get(key)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        try:
+            data = self.read(key, noted=False)
+        except OSError:
+            return None, [], ()
+        here = self.real_path(key)
+        searched = [str(d) for d in self._search_dirs(os.path.dirname(here))]
+        name = "imports:" + "\0".join([content_digest(data), here, *searched])  # (by kind and content, as the others)
+
+        def make() -> dict[str, Any]:
+            summary = self.summary(key)
+            found, absent = self._imports_in(key, summary) if summary is not None else ([], ())
+            return {"found": [str(f) for f in found], "absent": list(absent)}
+
+        def read(part: dict[str, Any]) -> tuple[None, list[Path], tuple[str, ...]]:
+            found, absent = part["found"], part["absent"]
+            if not all(self._is_file(f) for f in found) or any(os.path.lexists(w) for w in absent):
+                raise ValueError("the files its imports resolve to changed")  # made again
+            return None, [Path(f) for f in found], tuple(absent)
+
+        resolved = self.derived_part(name, make, read)
+        if known is not None and known[1][1] != resolved[1]:  # changed in this process: reach again
+            self._reach.clear()
+            self._mentions.clear()
+            self._importers.clear()
+        self._imports_kept_now[key] = (stamp, resolved)
+        return resolved
 
     def _imports_in(self, path: Path | str, summary: ModuleSummary) -> tuple[list[Path], tuple[str, ...]]:
         here = str(path)

@@ -94,6 +94,18 @@ def test_a_new_module_an_import_now_resolves_to_is_followed(lint, project, what,
     assert _findings(lint) == cold, what
 
 
+@pytest.mark.parametrize("what,before,created", _NEW_MODULES, ids=[c[0] for c in _NEW_MODULES])
+def test_a_module_an_import_resolved_to_is_deleted(lint, project, what, before, created):
+    """The reverse of the test above: the file an import resolved to (in an earlier run, whose
+    resolved imports the cache keeps) is gone."""
+    for name, text in {"driver.py": _DRIVER, **before, created: STEP_MODULE}.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text, encoding="utf-8")
+    assert any(f["code"] == "LC102" for f in _findings(lint))
+    (project / created).unlink()
+    assert _findings(lint) == _findings(lint, "--no-cache"), what
+
+
 def test_a_new_module_a_file_now_reaches_makes_it_worth_analysing(lint, project):
     """driver.py names nothing of PyTorch: it is analysed once a module it imports does, and a
     module created where its import found nothing is one."""
