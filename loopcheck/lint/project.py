@@ -470,13 +470,19 @@ class Project:
 
     # ---- summaries ----------------------------------------------------------------------------
 
-    def summary(self, path: Path | str) -> ModuleSummary | None:
-        """The module summary of `path` (None when it cannot be read or parsed)."""
+    def _noted(self, path: Path | str, table: dict[str, Any]) -> tuple[str, tuple[int, int] | None, Any]:
+        """`path`'s key (noted as read by the analysis asking), its stamp, and its entry in `table`
+        ((stamp, value) pairs by key) when that was made at this stamp, else None."""
         key = os.path.abspath(path)
         self._note(key)
-        stamp = self.stamp(path)
-        cached = self._summaries.get(key)
-        if cached is not None and cached[0] == stamp:
+        stamp = self.stamp(key)
+        entry = table.get(key)
+        return key, stamp, entry if entry is not None and entry[0] == stamp else None
+
+    def summary(self, path: Path | str) -> ModuleSummary | None:
+        """The module summary of `path` (None when it cannot be read or parsed)."""
+        key, stamp, cached = self._noted(path, self._summaries)
+        if cached is not None:
             return cached[1]
         found: ModuleSummary | None = None
         if stamp is not None and stamp[0] <= _MAX_BYTES:
@@ -543,11 +549,8 @@ class Project:
         file's resolved imports, by its content and where its absolute imports are searched, good
         while each file they resolved to is there and nothing is where they were looked for
         before (a warm run asking who imports a module loads no summary and resolves nothing)."""
-        key = os.path.abspath(path)
-        self._note(key)
-        stamp = self.stamp(key)
-        known = self._imports_kept_now.get(key)
-        if known is not None and known[0] == stamp:
+        key, stamp, known = self._noted(path, self._imports_kept_now)
+        if known is not None:
             return known[1]
         try:
             data = self.read(key, noted=False)
@@ -569,7 +572,8 @@ class Project:
             return None, [Path(f) for f in found], tuple(absent)
 
         resolved = self.derived_part(name, make, read)
-        if known is not None and known[1][1] != resolved[1]:  # changed in this process: reach again
+        before = self._imports_kept_now.get(key)
+        if before is not None and before[1][1] != resolved[1]:  # changed in this process: reach again
             self._reach.clear()
             self._mentions.clear()
             self._importers.clear()
