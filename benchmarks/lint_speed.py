@@ -281,6 +281,7 @@ class _AllBut:
 
     def __init__(self, cache: object, path: str) -> None:
         self.cache, self.path = cache, path
+        self.derived = getattr(cache, "derived", None)  # the parts kept by content, as a warm run reads them
 
     def analysis(self, path: str, codes: tuple[str, ...], promised: bool, answer: bool = True) -> object:
         import os

@@ -558,7 +558,7 @@ class Project:
             return None, [], ()
         here = self.real_path(key)
         searched = [str(d) for d in self._search_dirs(os.path.dirname(here))]
-        name = "imports:" + "\0".join([content_digest(data), here, *searched])  # (by kind and content, as the others)
+        name = "imports:" + "\0".join([content_digest(data), here, *searched])  # (kind first, as in the other parts' keys)
 
         def make() -> dict[str, Any]:
             summary = self.summary(key)

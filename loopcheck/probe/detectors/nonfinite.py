@@ -363,7 +363,7 @@ class NonFiniteDetector(Detector):
             for t in inputs:
                 if hold and not t.is_inference():
                     self._held.append((weakref.ref(t), t._version))
-                    recs.append((index, _INPUT_HELD))
+                    recs.append(self._input_recs[root])
                 else:
                     self._record_forward(t, index, _INPUT)
         if len(recs) >= _FOLD_AT:
