@@ -310,10 +310,8 @@ class Project:
         self._imports_kept_now.clear()
         self._files = None
         self._words = None
-        self._importers.clear()
+        self._forget_reach()
         self._findings.clear()
-        self._reach.clear()
-        self._mentions.clear()
 
     # ---- what an analysis reads ------------------------------------------------------------------
 
@@ -496,9 +494,7 @@ class Project:
     def _keep_summary(self, key: str, stamp: tuple[int, int] | None, found: ModuleSummary | None) -> None:
         cached = self._summaries.get(key)
         if cached is not None and self._reach_changed(cached[1], found):
-            self._reach.clear()
-            self._mentions.clear()
-            self._importers.clear()
+            self._forget_reach()
         self._summaries[key] = (stamp, found)
 
     def _summarized(self, key: str, stamp: tuple[int, int], parsed: ParsedModule) -> None:
@@ -506,6 +502,12 @@ class Project:
         cached = self._summaries.get(key)
         if cached is None or cached[0] != stamp:
             self._keep_summary(key, stamp, summarize_parsed(parsed.module, parsed.source, key))
+
+    def _forget_reach(self) -> None:
+        """A module's imports changed: what reaches what, and who imports whom, is worked out again."""
+        self._reach.clear()
+        self._mentions.clear()
+        self._importers.clear()
 
     def _reach_changed(self, old: ModuleSummary | None, new: ModuleSummary | None) -> bool:
         """Whether a module's new text may change what modules reach, or which words they reach:
@@ -567,16 +569,14 @@ class Project:
 
         def read(part: dict[str, Any]) -> tuple[None, list[Path], tuple[str, ...]]:
             found, absent = part["found"], part["absent"]
-            if not all(self._is_file(f) for f in found) or any(os.path.lexists(w) for w in absent):
+            if not all(self._is_file(f) for f in found) or any(self._is_file(w) or self._is_dir(w) for w in absent):
                 raise ValueError("the files its imports resolve to changed")  # made again
             return None, [Path(f) for f in found], tuple(absent)
 
         resolved = self.derived_part(name, make, read)
         before = self._imports_kept_now.get(key)
-        if before is not None and before[1][1] != resolved[1]:  # changed in this process: reach again
-            self._reach.clear()
-            self._mentions.clear()
-            self._importers.clear()
+        if before is not None and before[1][1] != resolved[1]:  # changed in this process
+            self._forget_reach()
         self._imports_kept_now[key] = (stamp, resolved)
         return resolved
 

@@ -151,7 +151,6 @@ class NonFiniteDetector(Detector):
         self._eager_state = probe.off_cpu
         # a probed model's training output is held, not reduced (see `on_forward`)
         self._holds_outputs = not self._eager_state and not self.config.backward_hooks
-        self._holds_inputs = not self._eager_state  # (in training forwards: see `on_forward_pre`)
         self._root_hooks: dict[int, Callable[..., None]] = {}
         # Lean until armed (see `_arm`): the covered layers and dense groups have no hooks; a step
         # that turns out non-finite is localised with each probed model's covered layers judged
@@ -344,7 +343,7 @@ class NonFiniteDetector(Detector):
         if len(args) == 1 and type(t := args[0]) is torch.Tensor:  # the usual call: one batch
             if not t.is_floating_point():
                 inputs: Any = ()
-            elif self._holds_inputs and torch.is_grad_enabled() and not t.is_inference():
+            elif not self._eager_state and torch.is_grad_enabled() and not t.is_inference():
                 # kept short: this runs at every training forward on the CPU (see below)
                 self._held.append((weakref.ref(t), t._version))
                 recs.append(self._input_recs[root])
@@ -359,7 +358,7 @@ class NonFiniteDetector(Detector):
         if inputs:
             # Held only in a training forward on the CPU, judged at its optimizer step; the verdict
             # of an evaluation pass, or on an accelerator, comes later: reduce it now.
-            hold = self._holds_inputs and torch.is_grad_enabled()
+            hold = not self._eager_state and torch.is_grad_enabled()
             for t in inputs:
                 if hold and not t.is_inference():
                     self._held.append((weakref.ref(t), t._version))
