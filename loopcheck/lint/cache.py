@@ -131,7 +131,9 @@ class Cache:
         self._given: dict[str, str | None] = {}
         self._answers: dict[tuple[str, str, Any], Any] = {}
         self._projects: dict[str, Any] = {}
-        self._unsure: set[tuple[str, tuple[str, ...]]] = set()
+        # kept analyses whose validity rests on asking their questions again: (real path, codes)
+        # -> the entry as read, checked up to those questions (`analysis(answer=False)`)
+        self._unsure: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
         self._writable = True
         self.hits = 0
         self.misses = 0
@@ -220,19 +222,21 @@ class Cache:
         again (`unsure`)."""
         from loopcheck.lint.engine import FileResult, LintError
 
-        self._unsure.discard((os.path.realpath(path), codes))
+        key = (os.path.realpath(path), codes)
+        checked = self._unsure.pop(key, None)  # read and checked but for its questions
         try:
-            raw = json.loads(self._analysis_path(path, codes).read_text(encoding="utf-8"))
-            if raw.get("schema") != SCHEMA or raw.get("sha") != self.file_hash(path):
-                return None
-            if promised and not raw["promised"]:
-                return None
+            raw = checked or json.loads(self._analysis_path(path, codes).read_text(encoding="utf-8"))
+            if checked is None:
+                if raw.get("schema") != SCHEMA or raw.get("sha") != self.file_hash(path):
+                    return None
+                if promised and not raw["promised"]:
+                    return None
+                if not isinstance(raw["deps"], dict) or not self._hash_as(raw["deps"]):
+                    return None
             deps = raw["deps"]
-            if not isinstance(deps, dict) or not self._hash_as(deps):
-                return None
             if not self._facts_unchanged(raw):
                 if not answer:
-                    self._unsure.add((os.path.realpath(path), codes))
+                    self._unsure[key] = raw
                     return None
                 if not self._facts_hold(path, raw):
                     return None
@@ -293,7 +297,9 @@ class Cache:
         """Whether every file in `hashes` (path as given -> its hash then) hashes the same now."""
         # The analyses of one project list mostly the same few hundred files: once those are
         # hashed, one comparison of the two dicts' items (in C) answers for all of them.
-        return hashes.items() <= self._given.items() or all(self.file_hash(p) == h for p, h in hashes.items())
+        # Where not, only the items that differ are looked at: files not hashed yet, and changed ones.
+        given = self._given.items()
+        return hashes.items() <= given or all(self.file_hash(p) == h for p, h in hashes.items() - given)
 
     def _facts_hold(self, path: str | Path, raw: dict[str, Any]) -> bool:
         """Whether a kept analysis's answers are still right, asked again (an edit to a function

@@ -766,15 +766,17 @@ def _unlinted_dependents(names: list[str]) -> list[str]:
     whole project, as when its root is linted)."""
     linted = {os.path.realpath(n) for n in names}
     extra: dict[str, None] = {}
-    whole: dict[int, bool] = {}  # project -> whether `names` hold all of its files
+    others: dict[int, list[str]] = {}  # project -> its files outside `names`
     known: dict[str, Any] = {}
     for name in names:
         project = _project_in(name, known)
         if project is None:
             continue
-        if id(project) not in whole:
-            whole[id(project)] = all(str(f) in linted for f in project.files())
-        if whole[id(project)]:
+        if id(project) not in others:
+            rest = others[id(project)] = [str(f) for f in project.files() if str(f) not in linted]
+            if len(rest) < len(names):  # few left out (a re-lint of what changed): ask what they reach
+                extra.update((f, None) for f in rest if not linted.isdisjoint(project.reach(f)))
+        if len(others[id(project)]) < len(names):
             continue
         for dependent in project.dependents(Path(name)):
             if dependent not in linted:

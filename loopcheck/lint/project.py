@@ -172,6 +172,8 @@ class Project:
         self._derived_parts: dict[str, Any] = {}  # key -> one file's part of a derived fact (`derived_part`)
         self._files: list[Path] | None = None
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
+        self._dependents: dict[str, list[str]] = {}  # module -> files importing it, transitively
+        self._forgotten = 0  # how many times what imports what was forgotten (`_forget_reach`)
         self._words: dict[bytes, list[str]] | None = None  # word (ASCII bytes) -> project files holding it
         self._overlays: dict[str, tuple[int, str]] = {}  # open buffers: path -> (version, text)
         self._version = 0
@@ -508,6 +510,8 @@ class Project:
         self._reach.clear()
         self._mentions.clear()
         self._importers.clear()
+        self._dependents.clear()
+        self._forgotten += 1
 
     def _reach_changed(self, old: ModuleSummary | None, new: ModuleSummary | None) -> bool:
         """Whether a module's new text may change what modules reach, or which words they reach:
@@ -635,15 +639,21 @@ class Project:
         """Every project file that imports `path`, directly or through other project modules
         (absolute paths, nearest first, `path` itself excluded)."""
         start = self.real_path(path)
-        seen: dict[str, None] = {start: None}
-        queue = [start]
-        while queue:
-            for importer in self._importers_of(queue.pop(0)):
-                if importer not in seen:
-                    seen[importer] = None
-                    queue.append(importer)
-        del seen[start]
-        return list(seen)
+        found = self._dependents.get(start)
+        if found is None:
+            forgotten = self._forgotten  # a module's imports may change on the way
+            seen: dict[str, None] = {start: None}
+            queue = [start]
+            while queue:
+                for importer in self._importers_of(queue.pop(0)):
+                    if importer not in seen:
+                        seen[importer] = None
+                        queue.append(importer)
+            del seen[start]
+            found = list(seen)
+            if forgotten == self._forgotten:
+                self._dependents[start] = found
+        return list(found)
 
     def _importers_of(self, target: str) -> list[str]:
         """The project files importing `target` directly. Only files whose text holds the

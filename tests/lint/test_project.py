@@ -214,6 +214,25 @@ def test_dependents_follow_imports_backwards_through_packages(tmp_path: Path) ->
     assert found == {"pkg/__init__.py", "train.py"}
 
 
+@pytest.mark.parametrize("linted", [
+    ["pkg/engine.py"],  # most files left out: found backwards from what is linted
+    ["pkg/engine.py", "pkg/data.py", "pkg/losses.py", "other.py", "tools/report.py"],  # few: forwards from them
+])
+def test_the_files_outside_a_lint_that_import_it_are_analysed_too(tmp_path: Path, linted: list[str]) -> None:
+    write(tmp_path / "pyproject.toml", "")
+    write(tmp_path / "pkg" / "__init__.py", "from .engine import fit\n")
+    write(tmp_path / "pkg" / "engine.py", "def fit(): pass\n")
+    write(tmp_path / "pkg" / "data.py", "def load(): pass\n")
+    write(tmp_path / "pkg" / "losses.py", "from .data import load\n")
+    write(tmp_path / "train.py", "from pkg import fit\n")
+    write(tmp_path / "tools" / "run.py", "import train\n")
+    write(tmp_path / "tools" / "report.py", "import json\n")
+    write(tmp_path / "other.py", "import json\n")
+    root = tmp_path.resolve()
+    found = {Path(p).relative_to(root).as_posix() for p in engine._unlinted_dependents([str(root / n) for n in linted])}
+    assert found == {"pkg/__init__.py", "train.py", "tools/run.py"}
+
+
 def test_a_summary_holds_imports_exports_definitions_and_mentions() -> None:
     summary = summarize(textwrap.dedent("""
         import torch.nn as nn
