@@ -11,7 +11,8 @@ directory holding a pyproject.toml or .git, else the working directory), one JSO
   (their loop models may report into it) and every project file those analyses and its own
   read or asked about (the modules a model followed calls into, what the project saves...), as
   the engine recorded them. Only hashes are compared: a warm run on an unchanged tree reads
-  nothing else.
+  nothing else. An entry names those files by a bit mask over a table its run shares with the
+  other entries it wrote (`dep_tables`), so entries do not grow with the size of the project.
 
 Beside those per-file results, each file's *analysis* (every finding its model makes, wherever
 located) is kept under `analyses/` with what it read (`project.Reads`): whole files by hash, and
@@ -23,7 +24,8 @@ assembled again from the kept analyses.
 
 Facts derived from many files (what the project saves) are kept as each file's part under
 `derived/`, by the file's content (`Project.derived_part`, `DerivedParts`): a new process after
-an edit works out the edited file's part again and reads the others.
+an edit works out the edited file's part again and reads the others (those a run used, in one
+file).
 
 Unreadable or malformed entries are treated as missing and overwritten. Writing is best effort:
 a read-only tree just runs without a cache.
@@ -39,16 +41,17 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from loopcheck.catalog import catalog
 from loopcheck.findings import Finding, Severity
+from loopcheck.lint.dep_tables import DepTables
 from loopcheck.lint.output.report import FileError
 from loopcheck.lint.project import ONE_FILE_QUESTIONS
 
 DIRNAME = ".loopcheck_cache"
 _UNSEEN = object()
-SCHEMA = 2
+SCHEMA = 3
 _MAX_DEPS = 20_000  # as many as a project walk finds (project._MAX_FILES)
 
 
@@ -84,7 +87,12 @@ def _salt() -> str:
 class Entry:
     findings: list[Finding]
     errors: list[FileError]
-    depends_on: tuple[str, ...] = ()  # the other files the results depend on (their hashes checked)
+    listed: Callable[[], list[str]] = list  # the other files the results depend on (their hashes checked)
+
+    @property
+    def depends_on(self) -> tuple[str, ...]:
+        """(Worked out when asked: an entry names hundreds, and most runs ask about none.)"""
+        return tuple(self.listed())
 
 
 _LOADS = re.compile(rb"\bload\b")
@@ -135,6 +143,7 @@ class Cache:
         # -> the entry as read, checked up to those questions (`analysis(answer=False)`)
         self._unsure: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
         self._writable = True
+        self.tables = DepTables(self.dir / "tables", self.file_hash, self._write, self._tables_named)
         self.hits = 0
         self.misses = 0
 
@@ -167,12 +176,12 @@ class Cache:
             if raw.get("schema") != SCHEMA or raw.get("sha") != digest(data):
                 return self._miss()
             deps = raw["deps"]
-            if not isinstance(deps, dict) or not self._hash_as(deps):
+            if not self.tables.holds(deps):
                 return self._miss()
             entry = Entry(
                 findings=[_finding_from_json(d) for d in raw["findings"]],
                 errors=[FileError(e["path"], e["line"], e["message"], e.get("code"), e.get("column")) for e in raw["errors"]],
-                depends_on=tuple(deps),
+                listed=lambda: self.tables.paths(deps),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return self._miss()
@@ -194,14 +203,14 @@ class Cache:
             return
         if depends_on is not None:
             here = os.path.abspath(path)
-            deps = {p: self.file_hash(p) for p in depends_on if p != here}
+            deps: Iterable[str] = (p for p in depends_on if p != here)
         else:
             deps = self._dependencies(path, data)
         doc = {
             "schema": SCHEMA,
             "path": str(path.resolve()),
             "sha": digest(data),
-            "deps": deps,
+            "deps": self.tables.ref(deps),
             "findings": [_finding_to_json(f) for f in findings],
             "errors": [{"path": e.path, "line": e.line, "message": e.message, "code": e.code, "column": e.column}
                        for e in errors],
@@ -231,7 +240,7 @@ class Cache:
                     return None
                 if promised and not raw["promised"]:
                     return None
-                if not isinstance(raw["deps"], dict) or not self._hash_as(raw["deps"]):
+                if not self.tables.holds(raw["deps"]):
                     return None
             deps = raw["deps"]
             if not self._facts_unchanged(raw):
@@ -248,9 +257,9 @@ class Cache:
                 errors=[LintError(e["path"], e["line"], e["message"], e.get("code")) for e in raw["errors"]],
                 skipped=bool(raw["skipped"]),
                 fixes_applied={k: [tuple(x) for x in v] for k, v in applied.items()} if applied is not None else None,
-                consulted=list(deps),
+                consulted=self.tables.paths(deps),
                 facts=facts,
-                sources=list(raw["facts_read"]),
+                sources=self.tables.paths(raw["facts_read"]),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -263,7 +272,7 @@ class Cache:
             "schema": SCHEMA,
             "path": os.path.realpath(result.path),
             "sha": self.file_hash(result.path),
-            "deps": {p: self.file_hash(p) for p in result.consulted},
+            "deps": self.tables.ref(result.consulted),
             **self._facts_doc(result),
             "promised": promised,
             "skipped": result.skipped,
@@ -279,7 +288,7 @@ class Cache:
         questions need not be asked again)."""
         return {"facts": [[kind, p, list(arg) if isinstance(arg, tuple) else arg, answer]
                           for kind, p, arg, answer in result.facts or ()],
-                "facts_read": {p: self.file_hash(p) for p in result.sources or ()}}
+                "facts_read": self.tables.ref(result.sources or ())}
 
     def unsure(self, path: str, codes: tuple[str, ...]) -> bool:
         return (os.path.realpath(path), codes) in self._unsure
@@ -290,22 +299,13 @@ class Cache:
 
     def _facts_unchanged(self, raw: dict[str, Any]) -> bool:
         """Whether the files a kept analysis's answers were read from hash as they did."""
-        read = raw["facts_read"]
-        return isinstance(read, dict) and self._hash_as(read)
-
-    def _hash_as(self, hashes: dict[str, str | None]) -> bool:
-        """Whether every file in `hashes` (path as given -> its hash then) hashes the same now."""
-        # The analyses of one project list mostly the same few hundred files: once those are
-        # hashed, one comparison of the two dicts' items (in C) answers for all of them.
-        # Where not, only the items that differ are looked at: files not hashed yet, and changed ones.
-        given = self._given.items()
-        return hashes.items() <= given or all(self.file_hash(p) == h for p, h in hashes.items() - given)
+        return self.tables.holds(raw["facts_read"])
 
     def _facts_hold(self, path: str | Path, raw: dict[str, Any]) -> bool:
         """Whether a kept analysis's answers are still right, asked again (an edit to a function
         the analysis never read, or one that changes no module's imports, leaves them). A
         question about one file's text whose file hashes as it did holds without asking."""
-        read = raw["facts_read"]
+        read = self.tables.hashes(raw["facts_read"])
         return all(
             kind in ONE_FILE_QUESTIONS and read.get(p) is not None and self.file_hash(p) == read[p]
             or self._answer(path, kind, p, arg) == answer
@@ -328,6 +328,21 @@ class Cache:
             self._projects[folder] = project_for(path)
         return self._projects[folder]
 
+    def close(self) -> None:
+        """The run is over: keep together what the next run reads of the derived parts."""
+        self.derived.close()
+
+    def _tables_named(self) -> set[str]:
+        """The dependency tables some kept result or analysis names."""
+        named: set[str] = set()
+        for entry in [*self.dir.glob("[0-9a-f][0-9a-f]/*.json"), *self.dir.glob("analyses/*/*.json")]:
+            try:
+                raw = json.loads(entry.read_text(encoding="utf-8"))
+                named.update(raw[field]["table"] for field in ("deps", "facts_read") if field in raw)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return named
+
     def _write(self, target: Path, doc: dict[str, Any]) -> None:
         if not self._writable:
             return
@@ -340,8 +355,8 @@ class Cache:
         except OSError:
             self._writable = False
 
-    def _dependencies(self, path: Path, data: bytes) -> dict[str, str | None]:
-        """Hashes of the project files the result of `path` depends on: the local modules it
+    def _dependencies(self, path: Path, data: bytes) -> list[str]:
+        """The project files the result of `path` depends on: the local modules it
         reaches through imports, and the files importing it (their models report into it),
         with what those reach in turn."""
         from loopcheck.lint.engine import project_for
@@ -355,7 +370,7 @@ class Cache:
         if _LOADS.search(data):  # LC508 reads what the project's modules save (saved_files.py)
             files.update(dict.fromkeys(project.files_mentioning("save")))
         files.pop(here, None)
-        return {dep: self.file_hash(Path(dep)) for dep in list(files)[:_MAX_DEPS]}
+        return list(files)[:_MAX_DEPS]
 
     def prepare(self, folder: Path) -> None:
         """Make `folder` inside the cache (the cache's marker files and the clearing of other
@@ -381,11 +396,17 @@ class Cache:
 
 class DerivedParts:
     """Each file's part of a fact derived from many files (`Project.derived_part`), kept by its
-    key (which names the file's content) in one JSON file, written like the cache's entries."""
+    key (which names the file's content) in one JSON file, written like the cache's entries.
+
+    A run asks for the parts of most of its project's files (every file's resolved imports, to
+    find who imports what changed): at its end (`close`) the parts it used are kept together as
+    well, and the next run reads them in one file instead of one file each."""
 
     def __init__(self, cache: Cache, folder: Path) -> None:
         self.cache = cache
         self.folder = folder
+        self._together: dict[str, Any] | None = None  # the parts kept together by the last run
+        self._used: dict[str, dict[str, Any]] = {}  # the parts this run read or made
 
     def _path(self, key: str) -> Path:
         name = digest(key.encode())[:32]
@@ -393,13 +414,40 @@ class DerivedParts:
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The part kept under `key`; None when there is none or it cannot be read back."""
-        try:
-            raw = json.loads(self._path(key).read_text(encoding="utf-8"))
-            if raw.get("schema") != SCHEMA or raw.get("key") != key or not isinstance(raw["part"], dict):
+        part = self._kept_together().get(key)
+        if not isinstance(part, dict):
+            try:
+                raw = json.loads(self._path(key).read_text(encoding="utf-8"))
+                if raw.get("schema") != SCHEMA or raw.get("key") != key or not isinstance(raw["part"], dict):
+                    return None
+                part = raw["part"]
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 return None
-            return raw["part"]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
+        self._used[key] = part
+        return part
 
     def put(self, key: str, part: dict[str, Any]) -> None:
+        self._used[key] = part
         self.cache._write(self._path(key), {"schema": SCHEMA, "key": key, "part": part})
+
+    def close(self) -> None:
+        """Keep the parts this run used together with those kept before (only the used ones,
+        once those kept before are mostly of texts no longer seen)."""
+        before = self._kept_together()
+        if not self._used or self._used.keys() <= before.keys():
+            return
+        together = {**before, **self._used}
+        if len(together) > 2 * len(self._used) + 100:
+            together = self._used
+        self.cache._write(self.folder / "together.json", {"schema": SCHEMA, "parts": together})
+        self._together = together
+
+    def _kept_together(self) -> dict[str, Any]:
+        if self._together is None:
+            try:
+                raw = json.loads((self.folder / "together.json").read_text(encoding="utf-8"))
+                parts = raw["parts"] if raw.get("schema") == SCHEMA else {}
+                self._together = parts if isinstance(parts, dict) else {}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                self._together = {}
+        return self._together

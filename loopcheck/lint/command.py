@@ -326,7 +326,11 @@ class _Run:
         use_cache = not (self.opts.no_cache or self.opts.fix or self.opts.diff)
         cache = cache_mod.Cache(cache_mod.project_root()) if use_cache and files else None
         with stored_in(cache.summaries if cache else None, cache.prepare if cache else None):
-            return self._check(files, configs, cache)
+            try:
+                return self._check(files, configs, cache)
+            finally:
+                if cache is not None:
+                    cache.close()
 
     def _check(self, files: list[Path], configs: dict[Path, Config], cache: Any) -> dict[Path, FileOutcome]:
         from loopcheck.lint.notebook import is_notebook

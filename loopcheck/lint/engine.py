@@ -680,12 +680,25 @@ def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | N
     if store is not None:
         # what each analysis read, as one dict: every file importing a module adds its reads to
         # that module's result, so a project's central analyses are merged into most results
-        reads = {os.path.realpath(a.path): dict.fromkeys([*(a.consulted or ()), *(a.sources or ())])
-                 for a in analyses}
+        reads = _Reads({os.path.realpath(a.path): dict.fromkeys([*(a.consulted or ()), *(a.sources or ())])
+                        for a in analyses})
         projects: dict[str, Any] = {}
         for result in results:
             result.consulted = _depended_on(result.path, reads, _project_in(result.path, projects))
     return results
+
+
+class _Reads(dict):
+    """What the analysis of each file (by real path) read, with the file itself: worked out once
+    per file when first asked for (a module most files import contributes to most results)."""
+
+    def __init__(self, reads: dict[str, dict[str, None]]) -> None:
+        super().__init__()
+        self.reads = reads
+
+    def __missing__(self, name: str) -> dict[str, None]:
+        found = self[name] = {os.path.abspath(name): None, **self.reads.get(name, {})}
+        return found
 
 
 def _analyses(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: Callable[[str], bool], jobs: int | None,
@@ -727,15 +740,14 @@ def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: 
         return [_analyse_one(task) for task in tasks]
 
 
-def _depended_on(path: str, reads: dict[str, dict[str, None]], project: Any) -> list[str]:
+def _depended_on(path: str, reads: "_Reads", project: Any) -> list[str]:
     """Every file the result of `path` depends on besides its own: the files importing it (their
     analyses may report into it, whatever they report now), and what each of those analyses,
     and its own, read or answered questions from (`reads`, by the analysed file's real path)."""
     files: dict[str, None] = {}
     contributors = [os.path.realpath(path)] + (project.dependents(Path(path)) if project is not None else [])
     for name in contributors:
-        files[os.path.abspath(name)] = None
-        files.update(reads.get(name, ()))
+        files.update(reads[name])
     files.pop(os.path.abspath(path), None)
     files.pop(os.path.realpath(path), None)
     return list(files)

@@ -103,9 +103,9 @@ def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
 
 
 def results_in(cache: Path) -> list[Path]:
-    """The stored lint results of files (module summaries, analyses and derived parts kept beside
-    them left out)."""
-    return [p for p in cache.rglob("*.json") if not {"summaries", "analyses", "derived"} & set(p.parts)]
+    """The stored lint results of files (module summaries, analyses, derived parts and the tables
+    of what entries depend on, kept beside them, left out)."""
+    return [p for p in cache.rglob("*.json") if not {"summaries", "analyses", "derived", "tables"} & set(p.parts)]
 
 
 def analyses_in(cache: Path) -> list[Path]:

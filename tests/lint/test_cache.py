@@ -46,6 +46,11 @@ def lookup(path: Path, key: str = "k"):
     return Cache(path.parent).get(path, path.read_bytes(), key)
 
 
+def entry_files(project: Path) -> list[Path]:
+    """The kept results (not the module summaries, nor the tables of what they depend on)."""
+    return [p for p in (project / ".loopcheck_cache").rglob("*.json") if not {"summaries", "tables"} & set(p.parts)]
+
+
 def test_project_root_is_the_nearest_folder_with_pyproject_or_git(tmp_path):
     write(tmp_path / "a" / "pyproject.toml", "")
     (tmp_path / "a" / "b" / "c").mkdir(parents=True)
@@ -92,12 +97,23 @@ def test_the_file_its_key_and_its_imports_invalidate(project):
     assert lookup(train) is None
 
 
+def test_the_entries_of_a_run_name_what_they_depend_on_in_one_shared_table(project):
+    cache = Cache(project)
+    for name in ("train.py", "model.py"):
+        store(cache, project / name)
+    (table,) = (project / ".loopcheck_cache").rglob("tables/*.json")
+    assert "layers.py" in table.read_text()  # both depend on it: one row
+    for entry in entry_files(project):
+        assert "layers.py" not in entry.read_text()
+    assert lookup(project / "train.py") is not None and lookup(project / "model.py") is not None
+
+
 @pytest.mark.parametrize("garbage", ["", "{not json", "[]", '{"schema": 1}', '{"schema": 1, "sha": 3, "deps": 4}'])
 def test_corrupt_entries_are_misses_and_are_overwritten(project, garbage):
     train = project / "train.py"
     cache = Cache(project)
     store(cache, train)
-    (entry_file,) = [p for p in (project / ".loopcheck_cache").rglob("*.json") if "summaries" not in p.parts]
+    (entry_file,) = entry_files(project)
     entry_file.write_text(garbage)
     fresh = Cache(project)
     assert fresh.get(train, train.read_bytes(), "k") is None and fresh.misses == 1
@@ -108,7 +124,7 @@ def test_corrupt_entries_are_misses_and_are_overwritten(project, garbage):
 def test_a_finding_with_a_wrong_shape_is_a_miss(project):
     train = project / "train.py"
     store(Cache(project), train)
-    (entry_file,) = [p for p in (project / ".loopcheck_cache").rglob("*.json") if "summaries" not in p.parts]
+    (entry_file,) = entry_files(project)
     doc = json.loads(entry_file.read_text())
     doc["findings"][0]["severity"] = "catastrophic"
     entry_file.write_text(json.dumps(doc))
@@ -168,3 +184,19 @@ def test_a_kept_result_has_its_dependencies_resolved_only_when_something_reports
     assert resolved == [str(here)]
     assert not command._reported_beyond({real(here): {real(kept_dep)}}, here, (str(kept_dep),))
     assert command._reported_beyond({real(here): {real(new_importer)}}, here, (str(kept_dep),))
+
+
+def test_the_derived_parts_a_run_used_are_read_back_together_by_the_next(project):
+    cache = Cache(project)
+    cache.derived.put("imports:a", {"found": ["x.py"]})
+    cache.derived.put("imports:b", {"found": []})
+    assert Cache(project).derived.get("imports:a") == {"found": ["x.py"]}  # one file each until a run closes
+    cache.close()
+    for part in (cache.derived.folder).rglob("*.json"):
+        if part.name != "together.json":
+            part.unlink()
+    later = Cache(project)
+    assert later.derived.get("imports:a") == {"found": ["x.py"]} and later.derived.get("imports:b") == {"found": []}
+    assert later.derived.get("imports:c") is None
+    (cache.derived.folder / "together.json").write_text("{broken")
+    assert Cache(project).derived.get("imports:a") is None

@@ -1,0 +1,161 @@
+"""Dependency tables of the lint cache: the files an entry depends on, named by a bit mask.
+
+An entry of the cache (a file's results, or an analysis) depends on hundreds of project files,
+each as it hashed then. Listed in every entry, they made a project's entries grow with the
+square of its size (a 500-file project kept 33 MB of results, read by every warm run and written
+again after an edit to a module most files reach). Instead, the entries one run writes share one
+table of (path, hash) rows, and an entry names its rows by a bit mask over that table.
+
+Reading, each row of a table is checked once per run (its file hashes as the row says), the
+first time an entry names it; an entry then holds while every row of its mask does, which is
+one big-integer operation. A table is named at random by the run that writes it and written
+again as it grows: rows are only appended, so a mask written early in the run reads the same
+rows from any later version. Tables no entry names any more are removed by `Cache` from time to
+time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from itertools import compress
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+# A reference to an entry's rows: {"table": name, "rows": the mask, in hexadecimal}
+Ref = dict[str, str]
+Hash = str | None
+_KEPT = 32  # tables kept before those no entry names are looked for
+_DIGITS = bytes.maketrans(b"\x00\x01", b"01")  # a row's flag byte -> its binary digit
+_FLAGS = bytes.maketrans(b"01", b"\x00\x01")
+
+
+class _Table:
+    """The rows of one table, and what this run found out about them."""
+
+    def __init__(self, paths: list[str], hashes: list[Hash]) -> None:
+        self.paths, self.hashes = paths, hashes
+        self.known = 0  # rows checked in this run
+        self.ok = 0  # rows whose file hashes as the row says
+
+
+class DepTables:
+    """The tables a run reads, and the one it writes."""
+
+    def __init__(self, folder: Path, file_hash: Callable[[str], Hash], write: Callable[[Path, Any], None],
+                 named: Callable[[], set[str]]) -> None:
+        """`named`: the names of the tables some entry names (asked when there are many)."""
+        self.folder = folder
+        self._file_hash = file_hash
+        self._write = write
+        self._named = named
+        self._read: dict[str, _Table | None] = {}
+        self.name: str | None = None  # of this run's own table, once it has rows
+        self._own = _Table([], [])
+        self._row: dict[str, int] = {}  # path -> its row in the own table (hashed once per run)
+        self._written = 0  # rows of the own table on disk
+
+    def path(self, name: str) -> Path:
+        return self.folder / f"{name}.json"
+
+    # Writing -----------------------------------------------------------------------------------
+    def ref(self, paths: Iterable[str]) -> Ref:
+        """The rows of `paths` in this run's table, added with their hashes now where new."""
+        own, row = self._own, self._row
+        named = []
+        for path in paths:
+            i = row.get(path)
+            if i is None:
+                i = row[path] = len(own.paths)
+                own.paths.append(path)
+                own.hashes.append(self._file_hash(path))
+            named.append(i)
+        if not named:
+            return {"table": "", "rows": "0"}
+        flags = bytearray(len(own.paths))  # one byte per row (setting a bit of a big int costs its length)
+        for i in named:
+            flags[i] = 1
+        mask = int(flags.translate(_DIGITS)[::-1], 2)
+        if self.name is None:
+            self.name = uuid.uuid4().hex
+            self._read[self.name] = own
+            self._collect()
+        if len(own.paths) > self._written:  # before any entry naming the new rows is written
+            self._write(self.path(self.name), {"paths": own.paths, "hashes": own.hashes})
+            self._written = len(own.paths)
+        return {"table": self.name, "rows": format(mask, "x")}
+
+    # Reading -----------------------------------------------------------------------------------
+    def holds(self, ref: Ref) -> bool:
+        """Whether every file `ref` names hashes as it did (False when its table is gone)."""
+        table, mask = self._rows(ref)
+        if not mask:
+            return True
+        if table is None:
+            return False
+        if table is self._own:  # written in this run: hashed in it
+            return mask >> len(table.paths) == 0
+        todo = mask & ~table.known
+        while todo:
+            low = todo & -todo
+            i = low.bit_length() - 1
+            if i >= len(table.paths):
+                return False
+            if self._file_hash(table.paths[i]) == table.hashes[i]:
+                table.ok |= low
+            table.known |= low
+            todo ^= low
+        return mask & ~table.ok == 0
+
+    def hashes(self, ref: Ref) -> dict[str, Hash]:
+        """The files `ref` names, each with its hash then (empty when its table is gone)."""
+        table, mask = self._rows(ref)
+        if table is None or not mask:
+            return {}
+        flags = bin(mask)[:1:-1].encode().translate(_FLAGS)  # one byte per row, 0 or 1, row 0 first
+        return dict(zip(compress(table.paths, flags), compress(table.hashes, flags)))
+
+    def paths(self, ref: Ref) -> list[str]:
+        return list(self.hashes(ref))
+
+    def _rows(self, ref: Any) -> tuple[_Table | None, int]:
+        """The table `ref` names (None when it cannot be read) and the mask of its rows."""
+        if not isinstance(ref, dict):
+            raise ValueError("not a reference to a dependency table")
+        name, mask = ref["table"], int(ref["rows"], 16)
+        if not mask:
+            return None, 0
+        if name not in self._read:
+            self._read[name] = self._load(name)
+        return self._read[name], mask
+
+    def _load(self, name: str) -> _Table | None:
+        import json
+
+        try:
+            raw = json.loads(self.path(name).read_text(encoding="utf-8"))
+            paths, hashes = raw["paths"], raw["hashes"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not (isinstance(paths, list) and isinstance(hashes, list) and len(paths) == len(hashes)):
+            return None
+        return _Table(paths, hashes)
+
+    def _collect(self) -> None:
+        """Remove the tables no entry names any more, once there are more than `_KEPT` (a table
+        younger than an hour stays: a run beside this one may be writing entries naming it)."""
+        import time
+
+        try:
+            tables = list(self.folder.glob("*.json"))
+        except OSError:
+            return
+        if len(tables) <= _KEPT:
+            return
+        named = self._named()
+        now = time.time()
+        for table in tables:
+            try:
+                if table.stem not in named and table.stem != self.name and now - table.stat().st_mtime > 3600:
+                    table.unlink()
+            except OSError:
+                continue
