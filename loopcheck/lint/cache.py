@@ -135,7 +135,8 @@ class Cache:
         self.dir = root / DIRNAME / f"v{SCHEMA}-{_salt()}"
         self.summaries = self.dir / "summaries"  # module summaries by content (`summary.SummaryStore`)
         self.derived = DerivedParts(self, self.dir / "derived")  # parts of derived facts by content
-        self._hashes: dict[Path, str | None] = {}
+        self._hashes: dict[str, str | None] = {}  # by real path
+        self._reals: dict[str, str] = {}  # path as given -> its real path (`_real`)
         self._given: dict[str, str | None] = {}
         self._answers: dict[tuple[str, str, Any], Any] = {}
         self._projects: dict[str, Any] = {}
@@ -154,10 +155,11 @@ class Cache:
         found = self._given.get(str(path), _UNSEEN)
         if found is not _UNSEEN:
             return found
-        real = Path(path).resolve()
+        real = self._real(path)
         if real not in self._hashes:
             try:
-                self._hashes[real] = digest(real.read_bytes())
+                with open(real, "rb") as fh:
+                    self._hashes[real] = digest(fh.read())
             except IsADirectoryError:
                 self._hashes[real] = "folder"  # a folder that was missing where an import looked (`Project._witness`)
             except OSError:
@@ -165,8 +167,27 @@ class Cache:
         self._given[str(path)] = self._hashes[real]
         return self._hashes[real]
 
+    def _real(self, path: Path | str) -> str:
+        """`os.path.realpath(path)`, with each folder's found once per run (a system call per
+        component of the path otherwise; a run asks about thousands of files in a few folders)."""
+        name = os.fspath(path)
+        found = self._reals.get(name)
+        if found is None:
+            folder, base = os.path.split(name)
+            if not os.path.isabs(name) or os.path.normpath(name) != name or base in ("", ".", ".."):
+                found = os.path.realpath(name)  # (a `..` after a link is resolved after the link)
+            else:
+                real = self._reals.get(folder)
+                if real is None:
+                    real = self._reals[folder] = os.path.realpath(folder)
+                found = os.path.join(real, base)
+                if os.path.islink(found):
+                    found = os.path.realpath(found)
+            self._reals[name] = found
+        return found
+
     def _entry_path(self, path: Path, key: str) -> Path:
-        name = digest(f"{path.resolve()}\0{key}".encode())[:32]
+        name = digest(f"{self._real(path)}\0{key}".encode())[:32]
         return self.dir / name[:2] / f"{name}.json"
 
     def get(self, path: Path, data: bytes, key: str) -> Entry | None:
@@ -208,7 +229,7 @@ class Cache:
             deps = self._dependencies(path, data)
         doc = {
             "schema": SCHEMA,
-            "path": str(path.resolve()),
+            "path": self._real(path),
             "sha": digest(data),
             "deps": self.tables.ref(deps),
             "findings": [_finding_to_json(f) for f in findings],
@@ -220,7 +241,7 @@ class Cache:
     # ---- analyses ------------------------------------------------------------------------------
 
     def _analysis_path(self, path: str, codes: tuple[str, ...]) -> Path:
-        name = digest(f"{os.path.realpath(path)}\0{','.join(codes)}".encode())[:32]
+        name = digest(f"{self._real(path)}\0{','.join(codes)}".encode())[:32]
         return self.dir / "analyses" / name[:2] / f"{name}.json"
 
     def analysis(self, path: str, codes: tuple[str, ...], promised: bool, answer: bool = True) -> Any:
@@ -231,7 +252,7 @@ class Cache:
         again (`unsure`)."""
         from loopcheck.lint.engine import FileResult, LintError
 
-        key = (os.path.realpath(path), codes)
+        key = (self._real(path), codes)
         checked = self._unsure.pop(key, None)  # read and checked but for its questions
         try:
             raw = checked or json.loads(self._analysis_path(path, codes).read_text(encoding="utf-8"))
@@ -270,7 +291,7 @@ class Cache:
             return
         doc = {
             "schema": SCHEMA,
-            "path": os.path.realpath(result.path),
+            "path": self._real(result.path),
             "sha": self.file_hash(result.path),
             "deps": self.tables.ref(result.consulted),
             **self._facts_doc(result),
@@ -291,7 +312,7 @@ class Cache:
                 "facts_read": self.tables.ref(result.sources or ())}
 
     def unsure(self, path: str, codes: tuple[str, ...]) -> bool:
-        return (os.path.realpath(path), codes) in self._unsure
+        return (self._real(path), codes) in self._unsure
 
     def learn(self, facts: Iterable[tuple[str, str, Any, Any]]) -> None:
         for kind, p, arg, answer in facts:

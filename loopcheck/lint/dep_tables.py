@@ -17,7 +17,9 @@ time.
 from __future__ import annotations
 
 import uuid
-from itertools import compress
+from collections import deque
+from itertools import compress, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -61,19 +63,17 @@ class DepTables:
     def ref(self, paths: Iterable[str]) -> Ref:
         """The rows of `paths` in this run's table, added with their hashes now where new."""
         own, row = self._own, self._row
-        named = []
-        for path in paths:
-            i = row.get(path)
-            if i is None:
-                i = row[path] = len(own.paths)
-                own.paths.append(path)
-                own.hashes.append(self._file_hash(path))
-            named.append(i)
-        if not named:
+        paths = list(paths)
+        if not paths:
             return {"table": "", "rows": "0"}
+        if not row.keys() >= set(paths):  # (a result names a thousand files: each step here is in C)
+            for path in paths:
+                if path not in row:
+                    row[path] = len(own.paths)
+                    own.paths.append(path)
+                    own.hashes.append(self._file_hash(path))
         flags = bytearray(len(own.paths))  # one byte per row (setting a bit of a big int costs its length)
-        for i in named:
-            flags[i] = 1
+        deque(map(flags.__setitem__, itemgetter(*paths)(row) if len(paths) > 1 else [row[paths[0]]], repeat(1)), 0)
         mask = int(flags.translate(_DIGITS)[::-1], 2)
         if self.name is None:
             self.name = uuid.uuid4().hex

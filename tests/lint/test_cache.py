@@ -200,3 +200,16 @@ def test_the_derived_parts_a_run_used_are_read_back_together_by_the_next(project
     assert later.derived.get("imports:c") is None
     (cache.derived.folder / "together.json").write_text("{broken")
     assert Cache(project).derived.get("imports:a") is None
+
+
+@pytest.mark.parametrize("linked", ["layers.py", "utils"])
+def test_a_dependency_reached_through_a_link_counts_as_what_it_links_to(project, linked):
+    target = project / f"real_{linked}"
+    (project / linked).rename(target)
+    (project / linked).symlink_to(target)
+    train = project / "train.py"
+    store(Cache(project), train)
+    assert lookup(train) is not None
+    edited = target if linked == "layers.py" else target / "io.py"
+    write(edited, edited.read_text() + "x = 1\n")
+    assert lookup(train) is None
