@@ -17,18 +17,16 @@ time.
 from __future__ import annotations
 
 import uuid
-from collections import deque
-from itertools import compress, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from loopcheck.lint.bitmasks import mask_of, selected
 
 # A reference to an entry's rows: {"table": name, "rows": the mask, in hexadecimal}
 Ref = dict[str, str]
 Hash = str | None
 _KEPT = 32  # tables kept before those no entry names are looked for
-_DIGITS = bytes.maketrans(b"\x00\x01", b"01")  # a row's flag byte -> its binary digit
-_FLAGS = bytes.maketrans(b"01", b"\x00\x01")
 
 
 class _Table:
@@ -72,9 +70,7 @@ class DepTables:
                     row[path] = len(own.paths)
                     own.paths.append(path)
                     own.hashes.append(self._file_hash(path))
-        flags = bytearray(len(own.paths))  # one byte per row (setting a bit of a big int costs its length)
-        deque(map(flags.__setitem__, itemgetter(*paths)(row) if len(paths) > 1 else [row[paths[0]]], repeat(1)), 0)
-        mask = int(flags.translate(_DIGITS)[::-1], 2)
+        mask = mask_of(itemgetter(*paths)(row) if len(paths) > 1 else [row[paths[0]]], len(own.paths))
         if self.name is None:
             self.name = uuid.uuid4().hex
             self._read[self.name] = own
@@ -111,8 +107,7 @@ class DepTables:
         table, mask = self._rows(ref)
         if table is None or not mask:
             return {}
-        flags = bin(mask)[:1:-1].encode().translate(_FLAGS)  # one byte per row, 0 or 1, row 0 first
-        return dict(zip(compress(table.paths, flags), compress(table.hashes, flags)))
+        return dict(zip(selected(table.paths, mask), selected(table.hashes, mask)))
 
     def paths(self, ref: Ref) -> list[str]:
         return list(self.hashes(ref))

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from loopcheck.findings import Finding
+from loopcheck.lint.bitmasks import mask_of, selected
 from loopcheck.lint.discovery import discover  # noqa: F401  (re-exported: discovery lives there)
 
 if TYPE_CHECKING:  # libcst is imported when a file is parsed: a run served by the cache never needs it
@@ -680,25 +681,46 @@ def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | N
     if store is not None:
         # what each analysis read, as one dict: every file importing a module adds its reads to
         # that module's result, so a project's central analyses are merged into most results
-        reads = _Reads({os.path.realpath(a.path): dict.fromkeys([*(a.consulted or ()), *(a.sources or ())])
-                        for a in analyses})
+        reads = _Reads({os.path.realpath(a.path): [*(a.consulted or ()), *(a.sources or ())] for a in analyses})
         projects: dict[str, Any] = {}
         for result in results:
             result.consulted = _depended_on(result.path, reads, _project_in(result.path, projects))
     return results
 
 
-class _Reads(dict):
-    """What the analysis of each file (by real path) read, with the file itself: worked out once
-    per file when first asked for (a module most files import contributes to most results)."""
+class _Reads:
+    """What the analysis of each file (by real path) read, with the file itself, as a bit mask
+    over the files met so far: a result's dependencies are the union over the files importing
+    it, and a module most files import contributes to most results (merging path by path cost
+    more than the rest of a re-lint of a large project)."""
 
-    def __init__(self, reads: dict[str, dict[str, None]]) -> None:
-        super().__init__()
+    def __init__(self, reads: dict[str, list[str]]) -> None:
         self.reads = reads
+        self.index: dict[str, int] = {}
+        self.paths: list[str] = []
+        self.masks: dict[str, int] = {}
 
-    def __missing__(self, name: str) -> dict[str, None]:
-        found = self[name] = {os.path.abspath(name): None, **self.reads.get(name, {})}
-        return found
+    def union(self, names: list[str], leave_out: tuple[str, ...]) -> list[str]:
+        """The files read by the analyses of `names`, and those files, but `leave_out`."""
+        mask = 0
+        for name in names:
+            found = self.masks.get(name)
+            if found is None:
+                found = self.masks[name] = self._mask([os.path.abspath(name), *self.reads.get(name, ())])
+            mask |= found
+        for path in leave_out:
+            i = self.index.get(path)
+            if i is not None and mask >> i & 1:
+                mask ^= 1 << i
+        return selected(self.paths, mask)
+
+    def _mask(self, paths: list[str]) -> int:
+        index = self.index
+        for path in paths:
+            if path not in index:
+                index[path] = len(self.paths)
+                self.paths.append(path)
+        return mask_of(map(index.__getitem__, paths), len(self.paths))
 
 
 def _analyses(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: Callable[[str], bool], jobs: int | None,
@@ -744,13 +766,8 @@ def _depended_on(path: str, reads: "_Reads", project: Any) -> list[str]:
     """Every file the result of `path` depends on besides its own: the files importing it (their
     analyses may report into it, whatever they report now), and what each of those analyses,
     and its own, read or answered questions from (`reads`, by the analysed file's real path)."""
-    files: dict[str, None] = {}
     contributors = [os.path.realpath(path)] + (project.dependents(Path(path)) if project is not None else [])
-    for name in contributors:
-        files.update(reads[name])
-    files.pop(os.path.abspath(path), None)
-    files.pop(os.path.realpath(path), None)
-    return list(files)
+    return reads.union(contributors, (os.path.abspath(path), os.path.realpath(path)))
 
 
 def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:

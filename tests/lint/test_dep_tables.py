@@ -92,3 +92,14 @@ def test_tables_no_entry_names_are_removed_once_there_are_many(tmp_path: Path) -
     ref = run.ref(["a"])
     left = {p.stem for p in tmp_path.glob("*.json")}
     assert left == named | {f"{99:032x}", ref["table"]}
+
+
+def test_a_mask_reads_back_the_rows_it_was_made_of() -> None:
+    from loopcheck.lint.bitmasks import mask_of, selected
+
+    rows = list("abcdefghij" * 120)
+    chosen = [0, 3, 7, 64, 999, 1199]
+    mask = mask_of(chosen, len(rows))
+    assert mask == sum(1 << i for i in chosen)
+    assert selected(range(len(rows)), mask) == chosen
+    assert mask_of([], 0) == 0 and selected(rows, 0) == []
