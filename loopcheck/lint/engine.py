@@ -794,22 +794,17 @@ def _unlinted_dependents(names: list[str]) -> list[str]:
     """The project files outside `names` that import one of them (none when `names` hold the
     whole project, as when its root is linted)."""
     linted = {os.path.realpath(n) for n in names}
-    extra: dict[str, None] = {}
-    others: dict[int, list[str]] = {}  # project -> its files outside `names`
+    by_project: dict[int, tuple[Any, list[str]]] = {}
     known: dict[str, Any] = {}
     for name in names:
         project = _project_in(name, known)
-        if project is None:
+        if project is not None:
+            by_project.setdefault(id(project), (project, []))[1].append(name)
+    extra: dict[str, None] = {}
+    for project, mine in by_project.values():
+        if all(str(f) in linted for f in project.files()):
             continue
-        if id(project) not in others:
-            rest = others[id(project)] = [str(f) for f in project.files() if str(f) not in linted]
-            if len(rest) < len(names):  # few left out (a re-lint of what changed): ask what they reach
-                extra.update((f, None) for f in rest if not linted.isdisjoint(project.reach(f)))
-        if len(others[id(project)]) < len(names):
-            continue
-        for dependent in project.dependents(Path(name)):
-            if dependent not in linted:
-                extra[dependent] = None
+        extra.update((f, None) for f in project.dependents_of(mine) if f not in linted)
     return list(extra)
 
 

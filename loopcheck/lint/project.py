@@ -655,6 +655,22 @@ class Project:
                 self._dependents[start] = found
         return list(found)
 
+    def dependents_of(self, paths: Iterable[Path | str]) -> list[str]:
+        """Every project file that imports one of `paths`, directly or through other project
+        modules (absolute paths; `paths` themselves only where one imports another): one walk
+        from all of them, each importer met once."""
+        starts = [self.real_path(p) for p in paths]
+        seen: dict[str, None] = dict.fromkeys(starts)
+        found: dict[str, None] = {}
+        queue = list(seen)
+        while queue:
+            for importer in self._importers_of(queue.pop()):
+                found[importer] = None
+                if importer not in seen:
+                    seen[importer] = None
+                    queue.append(importer)
+        return list(found)
+
     def _importers_of(self, target: str) -> list[str]:
         """The project files importing `target` directly. Only files whose text holds the
         module's own name (its folder's, for a package `__init__.py`) as a word can: the others
