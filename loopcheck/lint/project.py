@@ -174,6 +174,8 @@ class Project:
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
         self._dependents: dict[str, list[str]] = {}  # module -> files importing it, transitively
         self._forgotten = 0  # how many times what imports what was forgotten (`_forget_reach`)
+        self._imported_now: dict[str, list[str]] = {}  # `_imported`, in the run `_imported_run`
+        self._imported_run: object = None
         self._words: dict[bytes, list[str]] | None = None  # word (ASCII bytes) -> project files holding it
         self._overlays: dict[str, tuple[int, str]] = {}  # open buffers: path -> (version, text)
         self._version = 0
@@ -511,6 +513,7 @@ class Project:
         self._mentions.clear()
         self._importers.clear()
         self._dependents.clear()
+        self._imported_now.clear()
         self._forgotten += 1
 
     def _reach_changed(self, old: ModuleSummary | None, new: ModuleSummary | None) -> bool:
@@ -584,6 +587,19 @@ class Project:
         self._imports_kept_now[key] = (stamp, resolved)
         return resolved
 
+    def _imported(self, path: str) -> list[str]:
+        """`imports_of(path)` as strings, for the walks over the import graph (which record
+        nothing for the analysis asking): asked once per file while a run lasts, until a
+        module's imports change (`_forget_reach`)."""
+        if self._overlays or not _STEADY:
+            return [str(d) for d in self.imports_of(path)]
+        if self._imported_run is not _STEADY[0]:
+            self._imported_now, self._imported_run = {}, _STEADY[0]
+        found = self._imported_now.get(path)
+        if found is None:
+            found = self._imported_now[path] = [str(d) for d in self.imports_of(path)]
+        return found
+
     def _imports_in(self, path: Path | str, summary: ModuleSummary) -> tuple[list[Path], tuple[str, ...]]:
         here = str(path)
         real = self.real_path(here)
@@ -612,8 +628,7 @@ class Project:
             queue = [key]
             while queue:
                 current = queue.pop(0)
-                for dep in self.imports_of(current):
-                    name = str(dep)
+                for name in self._imported(current):
                     if name not in seen:
                         seen[name] = None
                         queue.append(name)
@@ -680,7 +695,7 @@ class Project:
             word = here.parent.name if here.name == "__init__.py" else here.stem
             found = []
             for name in self._holding(word):
-                if name != target and any(str(dep) == target for dep in self.imports_of(name)):
+                if name != target and target in self._imported(name):
                     found.append(name)
             self._importers[target] = found
         return self._importers[target]
@@ -956,7 +971,7 @@ class Project:
         reaches: dict[str, bool] = {}  # what the successors (outside the node's own part) give
 
         def successors(node: str) -> list[str]:
-            return [str(d) for d in self.imports_of(node)]
+            return self._imported(node)
 
         def mentions(node: str) -> bool:
             summary = self.summary(node)
