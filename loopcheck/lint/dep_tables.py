@@ -16,6 +16,7 @@ time.
 
 from __future__ import annotations
 
+import re
 import uuid
 from operator import itemgetter
 from pathlib import Path
@@ -27,6 +28,7 @@ from loopcheck.lint.bitmasks import mask_of, selected
 Ref = dict[str, str]
 Hash = str | None
 _KEPT = 32  # tables kept before those no entry names are looked for
+_NAME = re.compile(r"[0-9a-f]{32}")  # a table's name (`uuid4().hex`)
 
 
 class _Table:
@@ -120,7 +122,7 @@ class DepTables:
         if not mask:
             return None, 0
         if name not in self._read:
-            self._read[name] = self._load(name)
+            self._read[name] = self._load(name) if _NAME.fullmatch(name) else None
         return self._read[name], mask
 
     def _load(self, name: str) -> _Table | None:
@@ -136,21 +138,31 @@ class DepTables:
         return _Table(paths, hashes)
 
     def _collect(self) -> None:
-        """Remove the tables no entry names any more, once there are more than `_KEPT` (a table
-        younger than an hour stays: a run beside this one may be writing entries naming it)."""
+        """Remove the tables no entry names any more, once there are more than `_KEPT` and twice
+        as many as the last look left (a table younger than an hour stays: a run beside this one
+        may be writing entries naming it)."""
         import time
 
+        count = self.folder / "kept.txt"
         try:
             tables = list(self.folder.glob("*.json"))
-        except OSError:
+            left = int(count.read_text()) if count.exists() else 0
+        except (OSError, ValueError):
             return
-        if len(tables) <= _KEPT:
+        if len(tables) <= max(_KEPT, 2 * left):
             return
         named = self._named()
         now = time.time()
+        kept = 0
         for table in tables:
             try:
                 if table.stem not in named and table.stem != self.name and now - table.stat().st_mtime > 3600:
                     table.unlink()
+                else:
+                    kept += 1
             except OSError:
                 continue
+        try:
+            count.write_text(str(kept))
+        except OSError:
+            pass

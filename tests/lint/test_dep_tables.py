@@ -103,3 +103,26 @@ def test_a_mask_reads_back_the_rows_it_was_made_of() -> None:
     assert mask == sum(1 << i for i in chosen)
     assert selected(range(len(rows)), mask) == chosen
     assert mask_of([], 0) == 0 and selected(rows, 0) == []
+
+
+def test_the_tables_still_named_are_looked_for_again_only_once_they_doubled(tmp_path: Path) -> None:
+    old = time.time() - 2 * 3600
+    names = [f"{i:032x}" for i in range(40)]
+    for name in names:
+        write(tmp_path / f"{name}.json", {"paths": [], "hashes": []})
+        os.utime(tmp_path / f"{name}.json", (old, old))
+    asked: list[int] = []
+
+    def named() -> set[str]:
+        asked.append(1)
+        return set(names)
+
+    DepTables(tmp_path, Files(a="1"), write, named).ref(["a"])
+    assert len(asked) == 1 and len(list(tmp_path.glob("*.json"))) == 41
+    DepTables(tmp_path, Files(a="1"), write, named).ref(["a"])
+    assert len(asked) == 1  # 42 tables, 41 of them named at the last look: not yet
+
+
+def test_a_table_name_that_is_not_one_is_never_read(tmp_path: Path) -> None:
+    (tmp_path.parent / "outside.json").write_text('{"paths": ["a"], "hashes": ["1"]}')
+    assert not tables(tmp_path, Files(a="1")).holds({"table": "../outside", "rows": "1"})
