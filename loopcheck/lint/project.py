@@ -177,6 +177,8 @@ class Project:
         self._imported_now: dict[str, list[str]] = {}  # `_imported`, in the run `_imported_run`
         self._imported_run: object = None
         self._words: dict[bytes, list[str]] | None = None  # word (ASCII bytes) -> project files holding it
+        self._scanned: dict[str, list[str]] = {}  # the same, for the first words asked (`_holding`)
+        self._importers_all: dict[str, list[str]] | None = None  # `_all_importers`
         self._overlays: dict[str, tuple[int, str]] = {}  # open buffers: path -> (version, text)
         self._version = 0
         # a file's analysis, kept with what it read (`consulting`): (path, codes) -> (stamps of the
@@ -314,6 +316,7 @@ class Project:
         self._imports_kept_now.clear()
         self._files = None
         self._words = None
+        self._scanned = {}
         self._forget_reach()
         self._findings.clear()
 
@@ -514,6 +517,7 @@ class Project:
         self._importers.clear()
         self._dependents.clear()
         self._imported_now.clear()
+        self._importers_all = None
         self._forgotten += 1
 
     def _reach_changed(self, old: ModuleSummary | None, new: ModuleSummary | None) -> bool:
@@ -691,6 +695,9 @@ class Project:
         module's own name (its folder's, for a package `__init__.py`) as a word can: the others
         are never summarised."""
         if target not in self._importers:
+            if _PARTS and not self._overlays:  # every file's imports are kept: read them all at once
+                self._importers[target] = self._all_importers().get(target, [])
+                return self._importers[target]
             here = Path(target)
             word = here.parent.name if here.name == "__init__.py" else here.stem
             found = []
@@ -699,6 +706,21 @@ class Project:
                     found.append(name)
             self._importers[target] = found
         return self._importers[target]
+
+    def _all_importers(self) -> dict[str, list[str]]:
+        """Each module's importers among the project files, from every file's imports."""
+        found = self._importers_all
+        if found is None:
+            forgotten = self._forgotten  # a module's imports may change on the way
+            found = {}
+            for f in self.files():
+                name = str(f)  # under the resolved roots: already real
+                for target in self._imported(name):
+                    if target != name:
+                        found.setdefault(target, []).append(name)
+            if forgotten == self._forgotten:
+                self._importers_all = found
+        return found
 
     def files_mentioning(self, word: str, *, every_part: bool = True) -> list[str]:
         """The project files (real paths) whose text has `word` as a whole word. The analysis
@@ -741,7 +763,12 @@ class Project:
         _read_all_parts(self._consulting[-1], key, parts)
 
     def _holding(self, word: str) -> list[str]:
-        """The project files whose text has `word` as a whole word (an index built once)."""
+        """The project files whose text has `word` as a whole word: looked for in each file for
+        the first few words a run asks about, from an index of every word once it asks more."""
+        if self._words is None and len(self._scanned) < _SCANNED_WORDS:
+            if word not in self._scanned:
+                self._scanned[word] = self._scan(word)
+            return self._scanned[word]
         if self._words is None:
             index: dict[bytes, list[str]] = {}
             for f in self.files():
@@ -754,6 +781,23 @@ class Project:
                     index.setdefault(token, []).append(name)
             self._words = index
         return self._words.get(word.encode("utf-8", "replace"), [])  # (an ASCII token or none)
+
+    def _scan(self, word: str) -> list[str]:
+        """`_holding(word)` read from the files: `word` where `_WORD` would find it as a token
+        (after the start of the text, a character no word has, or digits after one)."""
+        token = word.encode("utf-8", "replace")
+        if not _WORD.fullmatch(token):
+            return []
+        pattern = re.compile(rb"(?:\A|[^A-Za-z0-9_])[0-9]*" + re.escape(token) + rb"(?![A-Za-z0-9_])")
+        found = []
+        for f in self.files():
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            if token in data and pattern.search(data):
+                found.append(str(f))
+        return found
 
     def keep_findings(self, path: str, codes: tuple[str, ...], findings: tuple[list, list],
                       reads: "Reads | None" = None) -> None:
@@ -1096,6 +1140,7 @@ def parse_path(path: Path, project: "Project | None" = None) -> ParsedModule | N
 
 _MAX_FILES = 20_000
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_SCANNED_WORDS = 8  # words looked for file by file before every word of every file is indexed
 _NOT_WALKED = frozenset({
     ".git", ".venv", "venv", "env", "build", "dist", "__pycache__", "node_modules", ".tox", ".eggs",
     "site-packages", "dist-packages", "wandb", "mlruns", "outputs", "lightning_logs",

@@ -11,6 +11,7 @@ import libcst as cst
 import pytest
 
 from loopcheck.lint import engine, memo
+from loopcheck.lint import project as project_module
 from loopcheck.lint.project import Project, project_root
 from loopcheck.lint.summary import summarize, summarize_parsed
 from tests.projects import STEP_MODULE
@@ -686,3 +687,22 @@ def test_the_parts_holding_calls_of_a_name_are_named_as_module_parts_names_them(
     assert calling_parts(source, "attr", "build") == ["Recorder.mean"]
     assert calling_parts(source, "name", "missing") == []
     assert calling_parts("def broken(:\n", "name", "build") is None
+
+
+def test_a_word_looked_for_file_by_file_is_found_where_the_index_of_every_word_finds_it(tmp_path: Path, monkeypatch) -> None:
+    texts = {
+        "a.py": "save(x)\nsaver = 1\n_save = 2\n",
+        "b.py": "12save 3\nx12save\n# save_state\n",
+        "c.py": "obj.save\nsave\n",
+        "d.py": "presave\nsave_\n",
+        "e.py": "sävе save2\n",
+    }
+    write(tmp_path / "pyproject.toml", "")
+    for name, text in texts.items():
+        write(tmp_path / name, text)
+    words = ["save", "saver", "_save", "x12save", "save_state", "obj", "save_", "presave", "save2", "sävе", "1x", ""]
+    scanned = {word: Project([tmp_path])._holding(word) for word in words}  # each the first word asked
+    monkeypatch.setattr(project_module, "_SCANNED_WORDS", 0)  # every word of every file indexed at once
+    indexed = Project([tmp_path])
+    assert scanned == {word: indexed._holding(word) for word in words}
+    assert indexed._words is not None and scanned["save"] == [str(tmp_path.resolve() / n) for n in ("a.py", "b.py", "c.py")]
