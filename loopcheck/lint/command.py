@@ -339,7 +339,7 @@ class _Run:
         outcomes: dict[Path, FileOutcome] = {}
         data: dict[Path, bytes] = {}
         todo: list[Path] = []
-        kept: dict[Path, tuple[str, ...]] = {}  # files whose kept result is used: what it depends on
+        kept: dict[Path, Any] = {}  # files whose kept result is used: its cache entry
         here: list[Path] = []  # checked in this process: standard input
         for f in files:
             if stdin is not None and f == stdin:
@@ -355,7 +355,7 @@ class _Run:
                 entry = cache.get(f, data[f], self.cache_key(configs[f]))
                 if entry is not None:
                     outcomes[f] = FileOutcome(entry.findings, entry.errors)
-                    kept[f] = entry.depends_on
+                    kept[f] = entry
                     continue
             todo.append(f)
         union: set[str] = set()
@@ -366,7 +366,7 @@ class _Run:
         results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise, cache, reported_into))
         # A file whose kept result was used may have gained an importer that reports into it: its
         # result is made again (the analyses just made are kept, so this costs little).
-        stale = [f for f, deps in kept.items() if _reported_beyond(reported_into, f, deps)]
+        stale = [f for f, entry in kept.items() if _reported_beyond(reported_into, f, entry)]
         if stale:
             for f in stale:
                 del outcomes[f]
@@ -652,13 +652,13 @@ def _check_one(args: tuple) -> Any:
     return check_file(path, enabled=enabled, project=project_for(path))
 
 
-def _reported_beyond(reported_into: dict[str, set[str]], f: Path, deps: tuple[str, ...]) -> bool:
+def _reported_beyond(reported_into: dict[str, set[str]], f: Path, entry: Any) -> bool:
     """Some file analysed in this run reports into `f` and is not among what `f`'s kept result
-    depends on. Only the files with such a report have their dependencies resolved: a kept
-    result lists hundreds, and resolving each (a system call per path component) was most of a
-    warm run."""
+    (`entry`) depends on. Only the files with such a report have their dependencies listed and
+    resolved: a kept result names hundreds, and resolving each (a system call per path
+    component) was most of a warm run."""
     into = reported_into.get(os.path.realpath(f))
-    return bool(into) and bool(into - {os.path.realpath(d) for d in deps})
+    return bool(into) and bool(into - {os.path.realpath(d) for d in entry.depends_on})
 
 
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None,

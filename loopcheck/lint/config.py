@@ -355,13 +355,16 @@ class Resolver:
         elif config_file is not None:
             self._fixed = load(config_file).with_overrides(overrides)
         self._by_dir: dict[Path, Config] = {}
+        self._by_path: dict[Path, Config] = {}  # `for_path`, by the path as asked
 
     def for_path(self, path: Path) -> Config:
         """The effective configuration of a file (or of a folder, for discovery)."""
         if self._fixed is not None:
             return self._fixed
-        folder = (path if path.is_dir() else path.parent).resolve()
-        return self._for_dir(folder)
+        found = self._by_path.get(path)
+        if found is None:  # (asked several times for each file of a run: resolving costs a call per folder)
+            found = self._by_path[path] = self._for_dir((path if path.is_dir() else path.parent).resolve())
+        return found
 
     def _for_dir(self, folder: Path) -> Config:
         cached = self._by_dir.get(folder)

@@ -179,11 +179,13 @@ def test_a_kept_result_has_its_dependencies_resolved_only_when_something_reports
     real = os.path.realpath
     resolved: list[str] = []
     monkeypatch.setattr(command.os.path, "realpath", lambda p: resolved.append(str(p)) or real(p))
+    listed: list[int] = []
+    entry = cache_mod.Entry([], [], listed=lambda: listed.append(1) or [str(kept_dep)])
 
-    assert not command._reported_beyond({}, here, (str(kept_dep),))
-    assert resolved == [str(here)]
-    assert not command._reported_beyond({real(here): {real(kept_dep)}}, here, (str(kept_dep),))
-    assert command._reported_beyond({real(here): {real(new_importer)}}, here, (str(kept_dep),))
+    assert not command._reported_beyond({}, here, entry)
+    assert resolved == [str(here)] and not listed  # nor even listed (they are named by rows of a table)
+    assert not command._reported_beyond({real(here): {real(kept_dep)}}, here, entry)
+    assert command._reported_beyond({real(here): {real(new_importer)}}, here, entry)
 
 
 def test_the_derived_parts_a_run_used_are_read_back_together_by_the_next(project):
