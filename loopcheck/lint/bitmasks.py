@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import compress, repeat
-from typing import Iterable, Sequence, TypeVar
+from typing import Generic, Hashable, Iterable, Sequence, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 _DIGITS = bytes.maketrans(b"\x00\x01", b"01")  # a row's flag byte -> its binary digit
 _FLAGS = bytes.maketrans(b"01", b"\x00\x01")
@@ -27,3 +28,21 @@ def mask_of(rows: Iterable[int], size: int) -> int:
 def selected(items: Sequence[T], mask: int) -> list[T]:
     """The items whose bits `mask` sets, in order (bits beyond `items` ignored)."""
     return list(compress(items, bin(mask)[:1:-1].encode().translate(_FLAGS)))
+
+
+class Rows(Generic[K]):
+    """Items numbered in the order they are first met, and masks over them."""
+
+    def __init__(self) -> None:
+        self.items: list[K] = []
+        self.index: dict[K, int] = {}
+
+    def mask(self, items: Sequence[K]) -> int:
+        """The mask of `items`, numbering those met for the first time."""
+        index = self.index
+        if not index.keys() >= set(items):  # (a thousand items at a time: each step here is in C)
+            for item in items:
+                if item not in index:
+                    index[item] = len(self.items)
+                    self.items.append(item)
+        return mask_of(map(index.__getitem__, items), len(self.items))

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import re
 import uuid
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from loopcheck.lint.bitmasks import mask_of, selected
+from loopcheck.lint.bitmasks import Rows, selected
 
 # A reference to an entry's rows: {"table": name, "rows": the mask, in hexadecimal}
 Ref = dict[str, str]
@@ -52,8 +51,8 @@ class DepTables:
         self._named = named
         self._read: dict[str, _Table | None] = {}
         self.name: str | None = None  # of this run's own table, once it has rows
-        self._own = _Table([], [])
-        self._row: dict[str, int] = {}  # path -> its row in the own table (hashed once per run)
+        self._rows: Rows[str] = Rows()  # the own table's paths (each hashed once per run)
+        self._own = _Table(self._rows.items, [])
         self._written = 0  # rows of the own table on disk
 
     def path(self, name: str) -> Path:
@@ -62,17 +61,12 @@ class DepTables:
     # Writing -----------------------------------------------------------------------------------
     def ref(self, paths: Iterable[str]) -> Ref:
         """The rows of `paths` in this run's table, added with their hashes now where new."""
-        own, row = self._own, self._row
+        own = self._own
         paths = list(paths)
         if not paths:
             return {"table": "", "rows": "0"}
-        if not row.keys() >= set(paths):  # (a result names a thousand files: each step here is in C)
-            for path in paths:
-                if path not in row:
-                    row[path] = len(own.paths)
-                    own.paths.append(path)
-                    own.hashes.append(self._file_hash(path))
-        mask = mask_of(itemgetter(*paths)(row) if len(paths) > 1 else [row[paths[0]]], len(own.paths))
+        mask = self._rows.mask(paths)
+        own.hashes.extend(self._file_hash(path) for path in own.paths[len(own.hashes):])
         if self.name is None:
             self.name = uuid.uuid4().hex
             self._read[self.name] = own
@@ -85,7 +79,7 @@ class DepTables:
     # Reading -----------------------------------------------------------------------------------
     def holds(self, ref: Ref) -> bool:
         """Whether every file `ref` names hashes as it did (False when its table is gone)."""
-        table, mask = self._rows(ref)
+        table, mask = self._named_rows(ref)
         if not mask:
             return True
         if table is None:
@@ -106,7 +100,7 @@ class DepTables:
 
     def hashes(self, ref: Ref) -> dict[str, Hash]:
         """The files `ref` names, each with its hash then (empty when its table is gone)."""
-        table, mask = self._rows(ref)
+        table, mask = self._named_rows(ref)
         if table is None or not mask:
             return {}
         return dict(zip(selected(table.paths, mask), selected(table.hashes, mask)))
@@ -114,7 +108,7 @@ class DepTables:
     def paths(self, ref: Ref) -> list[str]:
         return list(self.hashes(ref))
 
-    def _rows(self, ref: Any) -> tuple[_Table | None, int]:
+    def _named_rows(self, ref: Any) -> tuple[_Table | None, int]:
         """The table `ref` names (None when it cannot be read) and the mask of its rows."""
         if not isinstance(ref, dict):
             raise ValueError("not a reference to a dependency table")

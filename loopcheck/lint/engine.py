@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from loopcheck.findings import Finding
-from loopcheck.lint.bitmasks import mask_of, selected
+from loopcheck.lint.bitmasks import Rows, selected
 from loopcheck.lint.discovery import discover  # noqa: F401  (re-exported: discovery lives there)
 
 if TYPE_CHECKING:  # libcst is imported when a file is parsed: a run served by the cache never needs it
@@ -696,8 +696,7 @@ class _Reads:
 
     def __init__(self, reads: dict[str, list[str]]) -> None:
         self.reads = reads
-        self.index: dict[str, int] = {}
-        self.paths: list[str] = []
+        self.rows: Rows[str] = Rows()
         self.masks: dict[str, int] = {}
 
     def union(self, names: list[str], leave_out: tuple[str, ...]) -> list[str]:
@@ -706,21 +705,13 @@ class _Reads:
         for name in names:
             found = self.masks.get(name)
             if found is None:
-                found = self.masks[name] = self._mask([os.path.abspath(name), *self.reads.get(name, ())])
+                found = self.masks[name] = self.rows.mask([os.path.abspath(name), *self.reads.get(name, ())])
             mask |= found
         for path in leave_out:
-            i = self.index.get(path)
+            i = self.rows.index.get(path)
             if i is not None and mask >> i & 1:
                 mask ^= 1 << i
-        return selected(self.paths, mask)
-
-    def _mask(self, paths: list[str]) -> int:
-        index = self.index
-        for path in paths:
-            if path not in index:
-                index[path] = len(self.paths)
-                self.paths.append(path)
-        return mask_of(map(index.__getitem__, paths), len(self.paths))
+        return selected(self.rows.items, mask)
 
 
 def _analyses(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: Callable[[str], bool], jobs: int | None,

@@ -174,8 +174,7 @@ class Project:
         self._importers: dict[str, list[str]] = {}  # module -> files importing it directly
         self._dependents: dict[str, list[str]] = {}  # module -> files importing it, transitively
         self._forgotten = 0  # how many times what imports what was forgotten (`_forget_reach`)
-        self._imported_now: dict[str, list[str]] = {}  # `_imported`, in the run `_imported_run`
-        self._imported_run: object = None
+        self._imported_now = _PerRun(lambda path: [str(d) for d in self.imports_of(path)])  # `_imported`
         self._words: dict[bytes, list[str]] | None = None  # word (ASCII bytes) -> project files holding it
         self._scanned: dict[str, list[str]] = {}  # the same, for the first words asked (`_holding`)
         self._importers_all: dict[str, list[str]] | None = None  # `_all_importers`
@@ -516,7 +515,7 @@ class Project:
         self._mentions.clear()
         self._importers.clear()
         self._dependents.clear()
-        self._imported_now.clear()
+        self._imported_now.found.clear()
         self._importers_all = None
         self._forgotten += 1
 
@@ -595,14 +594,9 @@ class Project:
         """`imports_of(path)` as strings, for the walks over the import graph (which record
         nothing for the analysis asking): asked once per file while a run lasts, until a
         module's imports change (`_forget_reach`)."""
-        if self._overlays or not _STEADY:
-            return [str(d) for d in self.imports_of(path)]
-        if self._imported_run is not _STEADY[0]:
-            self._imported_now, self._imported_run = {}, _STEADY[0]
-        found = self._imported_now.get(path)
-        if found is None:
-            found = self._imported_now[path] = [str(d) for d in self.imports_of(path)]
-        return found
+        if self._overlays:
+            return self._imported_now.compute(path)
+        return self._imported_now(path)
 
     def _imports_in(self, path: Path | str, summary: ModuleSummary) -> tuple[list[Path], tuple[str, ...]]:
         here = str(path)
@@ -691,9 +685,10 @@ class Project:
         return list(found)
 
     def _importers_of(self, target: str) -> list[str]:
-        """The project files importing `target` directly. Only files whose text holds the
-        module's own name (its folder's, for a package `__init__.py`) as a word can: the others
-        are never summarised."""
+        """The project files importing `target` directly. Where every file's imports are kept
+        across runs, read from all of them; otherwise only files whose text holds the module's
+        own name (its folder's, for a package `__init__.py`) as a word can import it, and the
+        others are never summarised."""
         if target not in self._importers:
             if _PARTS and not self._overlays:  # every file's imports are kept: read them all at once
                 self._importers[target] = self._all_importers().get(target, [])

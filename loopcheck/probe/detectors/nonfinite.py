@@ -388,10 +388,9 @@ class NonFiniteDetector(Detector):
             if tensors:
                 if self._depth > 0:
                     self._depth -= 1
-                index = self._root_index[root]
                 for t in tensors:
                     self._outputs.append((t, _version(t)))
-                    self._recs.append((index, _OUTPUT_HELD))  # the next forward checks for a fold
+                    self._recs.append(self._output_recs[root])  # the next forward checks for a fold
                 return
         self._root_hooks[root](module, (), output)  # the rest, as a probed model's own hook
 
