@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, S
 from loopcheck.findings import Finding
 from loopcheck.lint.bitmasks import Rows, selected
 from loopcheck.lint.discovery import discover  # noqa: F401  (re-exported: discovery lives there)
+from loopcheck.lint.stack_room import with_room
 
 if TYPE_CHECKING:  # libcst is imported when a file is parsed: a run served by the cache never needs it
     import libcst as cst
@@ -225,7 +226,7 @@ def check_source(
             return result
         with _deep_recursion():
             seen = project if on_disk or project is None else _Transient(project, text)
-            return _check_parsed(text, path, enabled, seen, result, parsed, read)
+            return with_room(_check_parsed, text, path, enabled, seen, result, parsed, read)
 
 
 def _text_to_check(source: str | bytes, path: str, project: Any, result: FileResult) -> str | None:
@@ -411,7 +412,7 @@ def _analysed(path: str, enabled: Callable[[str], bool], project: Any) -> FileRe
         text = _text_to_check(data, path, project, result)
         if text is not None:
             with _deep_recursion():
-                analysed = _analyse(text, path, enabled, project, result.errors, read=read)
+                analysed = with_room(_analyse, text, path, enabled, project, result.errors, read=read)
             if analysed is not None:
                 result.findings = analysed[0]
     _add_reads(result, read)
