@@ -48,6 +48,7 @@ from loopcheck.findings import Finding, Severity
 from loopcheck.lint.dep_tables import DepTables
 from loopcheck.lint.output.report import FileError
 from loopcheck.lint.project import ONE_FILE_QUESTIONS
+from loopcheck.lint.real_paths import RealPaths
 
 DIRNAME = ".loopcheck_cache"
 _UNSEEN = object()
@@ -136,7 +137,9 @@ class Cache:
         self.summaries = self.dir / "summaries"  # module summaries by content (`summary.SummaryStore`)
         self.derived = DerivedParts(self, self.dir / "derived")  # parts of derived facts by content
         self._hashes: dict[str, str | None] = {}  # by real path
-        self._reals: dict[str, str] = {}  # path as given -> its real path (`_real`)
+        # `os.path.realpath`, each folder's found once per run (a system call per component of a
+        # path otherwise; a run asks about thousands of files in a few folders)
+        self._real = RealPaths()
         self._given: dict[str, str | None] = {}
         self._answers: dict[tuple[str, str, Any], Any] = {}
         self._projects: dict[str, Any] = {}
@@ -166,25 +169,6 @@ class Cache:
                 self._hashes[real] = None
         self._given[str(path)] = self._hashes[real]
         return self._hashes[real]
-
-    def _real(self, path: Path | str) -> str:
-        """`os.path.realpath(path)`, with each folder's found once per run (a system call per
-        component of the path otherwise; a run asks about thousands of files in a few folders)."""
-        name = os.fspath(path)
-        found = self._reals.get(name)
-        if found is None:
-            folder, base = os.path.split(name)
-            if not os.path.isabs(name) or os.path.normpath(name) != name or base in ("", ".", ".."):
-                found = os.path.realpath(name)  # (a `..` after a link is resolved after the link)
-            else:
-                real = self._reals.get(folder)
-                if real is None:
-                    real = self._reals[folder] = os.path.realpath(folder)
-                found = os.path.join(real, base)
-                if os.path.islink(found):
-                    found = os.path.realpath(found)
-            self._reals[name] = found
-        return found
 
     def _entry_path(self, path: Path, key: str) -> Path:
         name = digest(f"{self._real(path)}\0{key}".encode())[:32]

@@ -30,6 +30,7 @@ from loopcheck.findings import Finding
 from loopcheck.lint.config import Config, Overrides, Resolver, lint_codes
 from loopcheck.lint.output import FileError, Format, Report
 from loopcheck.lint.output.report import cell_of, plural
+from loopcheck.lint.real_paths import RealPaths
 from loopcheck.lint.suppress import UNUSED_CODE, unused
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -151,6 +152,7 @@ class _Run:
         self.fmt = fmt
         self.resolver = resolver
         self.sources: dict[str, list[str]] = {}  # display path (and cell) -> lines, for text snippets
+        self.real = RealPaths()  # `os.path.realpath`, each folder's once per run (`once` starts afresh)
         self.stdin_data: bytes | None = None
 
     # -- files ---------------------------------------------------------------------------------
@@ -214,6 +216,7 @@ class _Run:
 
     def once(self) -> int:
         self.sources = {}
+        self.real = RealPaths()
         files, problems = self.collect()
         stdin = self.stdin_path()
         if stdin is not None:
@@ -284,7 +287,7 @@ class _Run:
         return EXIT_FINDINGS if failing and not self.opts.exit_zero else EXIT_OK
 
     def key(self, path: Path) -> Path:
-        return path.resolve()
+        return Path(self.real(path))
 
     def shown(self, path: Path, stdin: Path | None) -> str:
         """The path as reported (standard input without a name is `-`)."""
@@ -366,7 +369,7 @@ class _Run:
         results = list(_check_files(todo, EnabledCodes(union), self.opts.jobs, promise, cache, reported_into))
         # A file whose kept result was used may have gained an importer that reports into it: its
         # result is made again (the analyses just made are kept, so this costs little).
-        stale = [f for f, entry in kept.items() if _reported_beyond(reported_into, f, entry)]
+        stale = [f for f, entry in kept.items() if _reported_beyond(reported_into, f, entry, self.real)]
         if stale:
             for f in stale:
                 del outcomes[f]
@@ -652,13 +655,13 @@ def _check_one(args: tuple) -> Any:
     return check_file(path, enabled=enabled, project=project_for(path))
 
 
-def _reported_beyond(reported_into: dict[str, set[str]], f: Path, entry: Any) -> bool:
+def _reported_beyond(reported_into: dict[str, set[str]], f: Path, entry: Any, real: RealPaths) -> bool:
     """Some file analysed in this run reports into `f` and is not among what `f`'s kept result
     (`entry`) depends on. Only the files with such a report have their dependencies listed and
     resolved: a kept result names hundreds, and resolving each (a system call per path
     component) was most of a warm run."""
-    into = reported_into.get(os.path.realpath(f))
-    return bool(into) and bool(into - {os.path.realpath(d) for d in entry.depends_on})
+    into = reported_into.get(real(f))
+    return bool(into) and bool(into - {real(d) for d in entry.depends_on})
 
 
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None,

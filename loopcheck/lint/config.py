@@ -356,6 +356,7 @@ class Resolver:
             self._fixed = load(config_file).with_overrides(overrides)
         self._by_dir: dict[Path, Config] = {}
         self._by_path: dict[Path, Config] = {}  # `for_path`, by the path as asked
+        self._folders: dict[Path, Path] = {}  # a folder as asked -> resolved
 
     def for_path(self, path: Path) -> Config:
         """The effective configuration of a file (or of a folder, for discovery)."""
@@ -363,7 +364,11 @@ class Resolver:
             return self._fixed
         found = self._by_path.get(path)
         if found is None:  # (asked several times for each file of a run: resolving costs a call per folder)
-            found = self._by_path[path] = self._for_dir((path if path.is_dir() else path.parent).resolve())
+            folder = path if path.is_dir() else path.parent
+            real = self._folders.get(folder)
+            if real is None:
+                real = self._folders[folder] = folder.resolve()
+            found = self._by_path[path] = self._for_dir(real)
         return found
 
     def _for_dir(self, folder: Path) -> Config:

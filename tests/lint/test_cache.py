@@ -167,25 +167,30 @@ def test_summaries_are_kept_by_content_in_the_cache(tmp_path: Path) -> None:
     assert store.summary(b"def broken(:\n", "/p/c.py") is None  # read back as "cannot be summarised"
 
 
-def test_a_kept_result_has_its_dependencies_resolved_only_when_something_reports_into_it(tmp_path, monkeypatch):
+def test_a_kept_result_has_its_dependencies_resolved_only_when_something_reports_into_it(tmp_path):
     """A warm run checks whether a file it analysed reports into a file whose kept result it used
     (a new importer). Only such a file's dependencies are resolved: a kept result lists hundreds,
     and resolving them all for every file was most of a warm run on an unchanged tree."""
     import os
 
     from loopcheck.lint import command
+    from loopcheck.lint.real_paths import RealPaths
 
     here, kept_dep, new_importer = (write(tmp_path / name, "") for name in ("a.py", "b.py", "c.py"))
-    real = os.path.realpath
+    real, paths = os.path.realpath, RealPaths()
     resolved: list[str] = []
-    monkeypatch.setattr(command.os.path, "realpath", lambda p: resolved.append(str(p)) or real(p))
+
+    def resolving(p):
+        resolved.append(str(p))
+        return paths(p)
+
     listed: list[int] = []
     entry = cache_mod.Entry([], [], listed=lambda: listed.append(1) or [str(kept_dep)])
 
-    assert not command._reported_beyond({}, here, entry)
+    assert not command._reported_beyond({}, here, entry, resolving)
     assert resolved == [str(here)] and not listed  # nor even listed (they are named by rows of a table)
-    assert not command._reported_beyond({real(here): {real(kept_dep)}}, here, entry)
-    assert command._reported_beyond({real(here): {real(new_importer)}}, here, entry)
+    assert not command._reported_beyond({real(here): {real(kept_dep)}}, here, entry, resolving)
+    assert command._reported_beyond({real(here): {real(new_importer)}}, here, entry, resolving)
 
 
 def test_the_derived_parts_a_run_used_are_read_back_together_by_the_next(project):
