@@ -596,9 +596,11 @@ def _collector_relaxed() -> Iterator[None]:
 
 def _import_analysis() -> None:
     import loopcheck.lint.fixes  # noqa: F401
+    from loopcheck.lint import stack_room
     from loopcheck.lint.rules.base import all_rules
 
     all_rules()
+    stack_room.prepare()
 
 
 class AnalysisStore(Protocol):

@@ -39,10 +39,20 @@ def _with_slots(function: Callable[..., T], slots: int) -> Callable[..., T]:
     return type(function)(grown, function.__globals__, function.__name__)
 
 
-_roomy = (_with_slots(_call, _SLOTS) if sys.implementation.name == "cpython" and sys.version_info >= (3, 11)
-          else _call)
+_roomy: Callable[..., Any] | None = None  # made at the first call: a run served by the cache needs none
+
+
+def prepare() -> None:
+    """Make the large frame's function now (about 15 ms): before worker processes are forked,
+    so that they start with it."""
+    global _roomy
+    if _roomy is None:
+        _roomy = (_with_slots(_call, _SLOTS) if sys.implementation.name == "cpython" and sys.version_info >= (3, 11)
+                  else _call)
 
 
 def with_room(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`fn(*args, **kwargs)`, its recursion kept in one piece of the frame stack (see the module)."""
-    return _roomy(fn, args, kwargs)
+    if _roomy is None:
+        prepare()
+    return _roomy(fn, args, kwargs)  # type: ignore[misc]
