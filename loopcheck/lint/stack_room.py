@@ -47,8 +47,12 @@ def prepare() -> None:
     so that they start with it."""
     global _roomy
     if _roomy is None:
-        _roomy = (_with_slots(_call, _SLOTS) if sys.implementation.name == "cpython" and sys.version_info >= (3, 11)
-                  else _call)
+        _roomy = _call
+        if sys.implementation.name == "cpython" and sys.version_info >= (3, 11):
+            try:
+                _roomy = _with_slots(_call, _SLOTS)
+            except (TypeError, ValueError):  # a code object this version will not grow: a plain call
+                pass
 
 
 def with_room(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
