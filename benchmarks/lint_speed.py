@@ -19,7 +19,8 @@ the file has at least N lines (one process; the fixes of its many findings are p
 `--tree DIR` measures any directory as it is (a package of the standard library, torch's sources,
 a real project): the cold command line `loopcheck lint --no-cache --isolated` against a bare
 libcst parse of the same files with the same number of worker processes, interleaved, with the
-peak memory of the lint process; `--per-file` adds each file's check against its own parse
+peak memory of the lint process and the CPU time of both (the system's share and the page faults
+apart: memory mapped and unmapped over and over shows there first); `--per-file` adds each file's check against its own parse
 (one process, the run's shared project), and `--edit-one` the re-lint after one file changes
 on a warm cache against the parse of that file alone (each edit made `--repeat` times), and
 `--warm` the cold command line against the same command on the unchanged tree with a warm cache;
@@ -98,10 +99,27 @@ def _parse(path: str) -> int:
 
 def _cpu() -> float:
     """CPU seconds of this process and of its children that have ended (pool workers, commands)."""
+    return _usage()[0]
+
+
+def _usage() -> tuple[float, float, int]:
+    """CPU seconds, of them the system's, and minor page faults, of this process and of its
+    children that have ended. System time out of proportion to the parse's shows memory mapped
+    and unmapped over and over (CPython's frame stack did that to deep recursion once)."""
     import resource
 
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    system = own.ru_stime + kids.ru_stime
+    return own.ru_utime + kids.ru_utime + system, system, own.ru_minflt + kids.ru_minflt
+
+
+def _since(before: tuple[float, float, int]) -> tuple[float, float, int]:
+    now = _usage()
+    return now[0] - before[0], now[1] - before[1], now[2] - before[2]
+
+
+def _medians(runs: list[tuple[float, float, int]]) -> tuple[float, float, int]:
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), int(statistics.median(r[2] for r in runs))
 
 
 def parse_all(files: list[Path], jobs: int) -> float:
@@ -205,30 +223,31 @@ def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: b
     lines = sum(f.read_bytes().count(b"\n") for f in files)
     checkouts = [REPO] + ([against] if against is not None else [])
     parse_times: list[float] = []
-    parse_cpu: list[float] = []
+    parse_cpu: list[tuple[float, float, int]] = []
     lint_times: dict[Path, list[float]] = {c: [] for c in checkouts}
-    lint_cpu: dict[Path, list[float]] = {c: [] for c in checkouts}
+    lint_cpu: dict[Path, list[tuple[float, float, int]]] = {c: [] for c in checkouts}
     peak = 0
     for i in range(repeat):
-        before = _cpu()
+        before = _usage()
         parse_times.append(parse_all(files, jobs))
-        parse_cpu.append(_cpu() - before)
+        parse_cpu.append(_since(before))
         for checkout in checkouts if i % 2 == 0 else checkouts[::-1]:  # neither always runs first
-            before = _cpu()
+            before = _usage()
             elapsed, used = cli_run(loopcheck_cli(root, jobs, cache=False), checkout)
-            lint_cpu[checkout].append(_cpu() - before)
+            lint_cpu[checkout].append(_since(before))
             lint_times[checkout].append(elapsed)
             peak = used if checkout == REPO else peak
-    p, pc = statistics.median(parse_times), statistics.median(parse_cpu)
+    p, (pc, ps, pf) = statistics.median(parse_times), _medians(parse_cpu)
     print(f"trees: {len(list(root.iterdir())) - 1}  files: {len(files)}  lines: {lines}  workers: {jobs}  repeats: {repeat}")
     print(f"bare libcst parse: median {p:.2f}s  ({', '.join(f'{t:.2f}' for t in parse_times)})")
     for checkout in checkouts:
-        lint, lc = statistics.median(lint_times[checkout]), statistics.median(lint_cpu[checkout])
+        lint, (lc, ls, lf) = statistics.median(lint_times[checkout]), _medians(lint_cpu[checkout])
         name = "" if checkout == REPO else f" ({checkout})"
         print(f"loopcheck lint --no-cache{name}: median {lint:.2f}s  ({', '.join(f'{t:.2f}' for t in lint_times[checkout])})")
         print(f"ratio: {lint / p:.2f}x  (target <= 2.0x)" + ("" if name else f"   peak memory of one lint process: {peak / 1024:.0f} MiB"))
         # CPU time is what a loaded machine distorts least; the start-up of the command is in it
         print(f"CPU time: parse {pc:.2f}s  lint {lc:.2f}s  ratio {lc / pc:.2f}x")
+        print(f"  of it system time: parse {ps:.2f}s  lint {ls:.2f}s;  minor page faults: parse {pf:,}  lint {lf:,}")
     if per_file:
         worst_file(files)
     if edit_one:
