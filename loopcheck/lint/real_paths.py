@@ -13,6 +13,9 @@ import stat
 from pathlib import Path
 
 
+_POSIX = os.sep == "/" and os.altsep is None
+
+
 class RealPaths:
     """`os.path.realpath` for the paths of one run (links and the working directory are taken
     as they were when first asked about)."""
@@ -30,6 +33,8 @@ class RealPaths:
         return found
 
     def _resolve(self, name: str) -> str:
+        if not _POSIX:
+            return os.path.realpath(name)  # drive letters, two separators: the library's own way
         if name[:1] == "/":
             full = name
         else:
