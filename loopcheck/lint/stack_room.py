@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 # Slots of the large frame. CPython sizes a new chunk as the first power of two (from 16 KiB) that
 # holds the frame and 1000 slots more: 32,768 + 1000 slots (270,000 bytes) ask for 512 KiB, and
-# the frame itself takes 262 KiB of it.
+# the frame itself takes 256 KiB (262,000 bytes) of it.
 _SLOTS = 32_768
 
 
