@@ -106,7 +106,9 @@ class DepTables:
         return dict(zip(selected(table.paths, mask), selected(table.hashes, mask)))
 
     def paths(self, ref: Ref) -> list[str]:
-        return list(self.hashes(ref))
+        """The files `ref` names (empty when its table is gone)."""
+        table, mask = self._named_rows(ref)
+        return selected(table.paths, mask) if table is not None and mask else []
 
     def _named_rows(self, ref: Any) -> tuple[_Table | None, int]:
         """The table `ref` names (None when it cannot be read) and the mask of its rows."""

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, S
 from loopcheck.findings import Finding
 from loopcheck.lint.bitmasks import Rows, selected
 from loopcheck.lint.discovery import discover  # noqa: F401  (re-exported: discovery lives there)
+from loopcheck.lint.real_paths import RealPaths
 from loopcheck.lint.stack_room import with_room
 
 if TYPE_CHECKING:  # libcst is imported when a file is parsed: a run served by the cache never needs it
@@ -660,15 +661,16 @@ def check_files(
 def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | None, promise_fixes: bool,
                  store: AnalysisStore | None, reported_into: dict[str, set[str]] | None) -> list[FileResult]:
     """`check_files` once its run is set up."""
+    real = RealPaths()  # each file's asked about several times below
+    listed = {real(n) for n in names}
     tasks = [(n, enabled, promise_fixes) for n in names]
-    tasks += [(n, enabled, False) for n in _unlinted_dependents(names)]
+    tasks += [(n, enabled, False) for n in _unlinted_dependents(names, listed)]
     analyses = _analyses(tasks, enabled, jobs, store)
     located: dict[str, list[Finding]] = {}
-    listed = {os.path.realpath(n) for n in names}
     for analysis in analyses:
-        own = os.path.realpath(analysis.path)
+        own = real(analysis.path)
         for f in analysis.findings:
-            where = os.path.realpath(f.path or analysis.path)
+            where = real(f.path or analysis.path)
             located.setdefault(where, []).append(f)
             if reported_into is not None and where != own and where not in listed:
                 reported_into.setdefault(where, set()).add(own)
@@ -676,7 +678,7 @@ def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | N
     for name, analysis in zip(names, analyses):
         result = FileResult(name, errors=analysis.errors, skipped=analysis.skipped,
                             fixes_applied=analysis.fixes_applied)
-        found = [f.with_(path=name) for f in located.get(os.path.realpath(name), ())]
+        found = [f.with_(path=name) for f in located.get(real(name), ())]
         if found:
             result.findings, result.suppressions_used = _suppress(_dedupe(found), name, _text_lines(name), None)
             result.findings.sort(key=_order)
@@ -684,10 +686,10 @@ def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | N
     if store is not None:
         # what each analysis read, as one dict: every file importing a module adds its reads to
         # that module's result, so a project's central analyses are merged into most results
-        reads = _Reads({os.path.realpath(a.path): [*(a.consulted or ()), *(a.sources or ())] for a in analyses})
+        reads = _Reads({real(a.path): [*(a.consulted or ()), *(a.sources or ())] for a in analyses})
         projects: dict[str, Any] = {}
         for result in results:
-            result.consulted = _depended_on(result.path, reads, _project_in(result.path, projects))
+            result.consulted = _depended_on(result.path, reads, _project_in(result.path, projects), real)
     return results
 
 
@@ -756,12 +758,12 @@ def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: 
         return [_analyse_one(task) for task in tasks]
 
 
-def _depended_on(path: str, reads: "_Reads", project: Any) -> list[str]:
+def _depended_on(path: str, reads: "_Reads", project: Any, real: RealPaths) -> list[str]:
     """Every file the result of `path` depends on besides its own: the files importing it (their
     analyses may report into it, whatever they report now), and what each of those analyses,
     and its own, read or answered questions from (`reads`, by the analysed file's real path)."""
-    contributors = [os.path.realpath(path)] + (project.dependents(Path(path)) if project is not None else [])
-    return reads.union(contributors, (os.path.abspath(path), os.path.realpath(path)))
+    contributors = [real(path)] + (project.dependents(Path(path)) if project is not None else [])
+    return reads.union(contributors, (os.path.abspath(path), real(path)))
 
 
 def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:
@@ -784,10 +786,11 @@ def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:
     return result
 
 
-def _unlinted_dependents(names: list[str]) -> list[str]:
+def _unlinted_dependents(names: list[str], linted: set[str] | None = None) -> list[str]:
     """The project files outside `names` that import one of them (none when `names` hold the
-    whole project, as when its root is linted)."""
-    linted = {os.path.realpath(n) for n in names}
+    whole project, as when its root is linted). `linted`: the real paths of `names`."""
+    if linted is None:
+        linted = {os.path.realpath(n) for n in names}
     by_project: dict[int, tuple[Any, list[str]]] = {}
     known: dict[str, Any] = {}
     for name in names:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -655,15 +655,7 @@ class Project:
         found = self._dependents.get(start)
         if found is None:
             forgotten = self._forgotten  # a module's imports may change on the way
-            seen: dict[str, None] = {start: None}
-            queue = [start]
-            while queue:
-                for importer in self._importers_of(queue.pop(0)):
-                    if importer not in seen:
-                        seen[importer] = None
-                        queue.append(importer)
-            del seen[start]
-            found = list(seen)
+            found = [f for f in self._importers_reached([start]) if f != start]
             if forgotten == self._forgotten:
                 self._dependents[start] = found
         return list(found)
@@ -672,12 +664,16 @@ class Project:
         """Every project file that imports one of `paths`, directly or through other project
         modules (absolute paths; `paths` themselves only where one imports another): one walk
         from all of them, each importer met once."""
-        starts = [self.real_path(p) for p in paths]
+        return self._importers_reached([self.real_path(p) for p in paths])
+
+    def _importers_reached(self, starts: list[str]) -> list[str]:
+        """The files importing one of `starts` (real paths), directly or through others, nearest
+        first: a start only where some file met imports it."""
         seen: dict[str, None] = dict.fromkeys(starts)
         found: dict[str, None] = {}
-        queue = list(seen)
+        queue = deque(seen)
         while queue:
-            for importer in self._importers_of(queue.pop()):
+            for importer in self._importers_of(queue.popleft()):
                 found[importer] = None
                 if importer not in seen:
                     seen[importer] = None
