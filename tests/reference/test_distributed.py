@@ -16,7 +16,10 @@ ARGS = ["--epochs", "2", "--batch-size", "64", "--accum", "2", "--ema", "0.9", "
 
 
 def torchrun(ckpt_dir, *extra):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # torchrun's agent makes a `torchelastic_*` folder under the temporary directory and leaves it
+    scratch = ckpt_dir.parent / "tmp"
+    scratch.mkdir(exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(scratch))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "loopcheck.reference", "--ckpt-dir", str(ckpt_dir), *ARGS, *extra]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
