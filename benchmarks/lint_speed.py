@@ -320,10 +320,11 @@ class _AllBut:
 def relint_one(root: Path, files: list[Path], jobs: int, repeat: int = 5) -> None:
     """Warm cache, then one file changes: the re-lint against the parse of that file alone.
 
-    Two files, each edited two ways, each edit made `repeat` times (a different text each time)
+    Two files, each edited three ways, each edit made `repeat` times (a different text each time)
     and undone after each re-lint: the largest file, and the module most project files import
-    (whose results all depend on it); a comment appended, and a statement added to the body of
-    the file's last function (code the analysis of the file reads again). Beside the re-lint, two
+    (whose results all depend on it); a comment appended, a comment added at the top (which moves
+    every function and class of the file down a line, unchanged), and a statement added to the
+    body of the file's last function (code the analysis of the file reads again). Beside the re-lint, two
     start-ups are measured in the same run: the command on a folder with nothing to analyse, and
     the command analysing a one-statement PyTorch file (the libcst parser and the rules
     imported), which any re-lint that analyses anything pays."""
@@ -348,6 +349,7 @@ def relint_one(root: Path, files: list[Path], jobs: int, repeat: int = 5) -> Non
     for label, target in (("the largest", largest), (f"imported by {importers[central]} files", central)):
         original = target.read_bytes()
         edits = {"comment appended": lambda i: original + f"\n# edited {stamp} {i}\n".encode(),
+                 "comment added at the top (every part moves down)": lambda i: f"# edited {stamp} {i}\n".encode() + original,
                  "statement added to the last function": lambda i: _body_edit(original, stamp + i)}
         start = time.perf_counter()
         _parse(str(target))

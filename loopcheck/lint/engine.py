@@ -368,9 +368,27 @@ def _analyse(
     from loopcheck.lint.fixes import attach_fixes
 
     findings = attach_fixes(findings, ctx)  # the `fix` field of findings whose code has a fixer
+    if read is not None:
+        _lines_read(findings, path, read, project)
     if _real(path) and hasattr(project, "keep_findings"):
         project.keep_findings(path, _codes_key(enabled), (findings, [e for e in errors if e.path == path]), read)
     return findings, ctx.lines
+
+
+def _lines_read(findings: list[Finding], path: str, read: Any, project: Any) -> None:
+    """Lines of other files in the findings (a finding located there, a message citing one): the
+    analysis depends on where they are, not only on the text it read there (`Project.note_lines`;
+    all of such a file's text when the project cannot place them)."""
+    here = os.path.abspath(path)
+    for finding in findings:
+        places = [(finding.path, finding.line), *finding.extra.get("cites", ())]
+        for other, line in places:
+            if not other or os.path.abspath(other) == here:
+                continue
+            if hasattr(project, "note_lines") and line is not None:
+                project.note_lines(read, other, line)
+            else:
+                read.files[os.path.abspath(other)] = None
 
 
 def _real(path: str) -> bool:

@@ -30,8 +30,8 @@ from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.source_text import SourceText
 from loopcheck.lint.summary import (
-    ModuleSummary, all_parts_digest, calling_parts, content_digest, in_use, module_parts, summarize, summarize_parsed,
-    summary_of,
+    ModuleSummary, all_parts_digest, calling_parts, content_digest, in_use, module_parts, part_holding, part_lines,
+    summarize, summarize_parsed, summary_of,
 )
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
@@ -81,7 +81,7 @@ def file_stamp(path: Path | str) -> tuple[int, int] | None:
 
 
 # the questions of `Project.answer` answered from the text of the one file they name alone
-ONE_FILE_QUESTIONS = frozenset({"part", "parts", "search", "count", "keys_read", "defines", "calling_parts"})
+ONE_FILE_QUESTIONS = frozenset({"part", "parts", "lines", "search", "count", "keys_read", "defines", "calling_parts"})
 
 _STEADY: list[object] = []  # while a run of the engine lasts: a token of that run
 
@@ -826,7 +826,8 @@ class Project:
     def answer(self, kind: str, path: str, arg: Any) -> Any:
         """The answer today to one question an analysis asked (`Reads.facts`): "reach" (does a
         module `path` reaches mention one of the words `arg`?), "part" (the digest of part `arg`
-        of module `path`, `summary.module_parts`), "parts" (one digest of all its parts),
+        of module `path`, `summary.module_parts`), "parts" (one digest of all its parts), "lines"
+        (the lines part `arg` of module `path` starts on, `summary.part_lines`),
         "mentioning" (the project files holding the word `arg`; `path` is the root), "search"
         and "count" (does the regular expression `arg` = (pattern, flags) match the text of
         `path`, how often; None when the text cannot be read), "derived" (the digest of the
@@ -858,6 +859,8 @@ class Project:
             found = None
             if text is not None and kind == "calling_parts":
                 found = calling_parts(text, *arg)
+            elif text is not None and kind == "lines":
+                found = (part_lines(text) or {}).get(arg)
             elif text is not None:
                 pattern = re.compile(arg[0], arg[1])
                 found = bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
@@ -909,6 +912,21 @@ class Project:
             self._consulting[-1].facts[(kind, path, arg)] = found
             self._consulting[-1].sources[path] = None
         return found
+
+    def note_lines(self, reads: "Reads", path: str, line: int) -> None:
+        """`reads`' analysis reports or cites line `line` of module `path`: it depends on the
+        text of the part holding it and on where that part sits (all of the text when the line
+        is in no part)."""
+        key = os.path.abspath(path)
+        with self._unrecorded():
+            text = self.text(Path(key))
+            name = part_holding(text, line) if text is not None else None
+        if name is None:
+            reads.files[key] = None
+            return
+        reads.facts[("part", key, name)] = self.answer("part", key, name)
+        reads.facts[("lines", key, name)] = self.answer("lines", key, name)
+        reads.sources[key] = None
 
     def part_reader(self, parsed: ParsedModule) -> Callable[[str], None]:
         """What a followed module's unit calls with each part of it the analysis reads (a

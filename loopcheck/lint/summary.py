@@ -270,35 +270,64 @@ MODULE_PART = "<module>"  # the statements of a module outside its top-level fun
 
 def module_parts(text: str) -> dict[str, str] | None:
     """A digest of each part of a module: each top-level function and class by name (its
-    decorators, text and first line), each method of a top-level class as `Class.method`, and
-    `MODULE_PART` for every other top-level statement together. A class's own part is its text
-    with each method's lines replaced by the method's name and first line. An analysis that
-    read only some parts of a module depends only on those: an edit elsewhere that moves no line
-    of them leaves their digests as they were. None when Python cannot parse the text."""
+    decorators and text), each method of a top-level class as `Class.method`, and `MODULE_PART`
+    for every other top-level statement together. A class's own part is its text with each
+    method's lines replaced by the method's name. An analysis that read only some parts of a
+    module depends only on their text: an edit elsewhere leaves their digests as they were, even
+    when it moves them up or down. (Where a part sits matters to findings located in it or citing
+    its lines: those depend on its lines too, `part_lines`.) None when Python cannot parse the
+    text."""
+    pieces = _pieces(text)
+    if pieces is None:
+        return None
+    return {key: hashlib.sha1("\0".join(t for _, _, t in texts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            for key, texts in pieces.items()}
+
+
+def part_lines(text: str) -> dict[str, list[int]] | None:
+    """The line each stretch of each part (`module_parts`) starts on: with its text, what places
+    every line of the part. None when Python cannot parse the text."""
+    pieces = _pieces(text)
+    if pieces is None:
+        return None
+    return {key: [first for first, _, _ in texts] for key, texts in pieces.items()}
+
+
+def part_holding(text: str, line: int) -> str | None:
+    """The part (`module_parts`) holding `line`; None for a line between parts, or a text Python
+    cannot parse."""
+    pieces = _pieces(text)
+    if pieces is None:
+        return None
+    return next((key for key, texts in pieces.items() for first, last, _ in texts if first <= line <= last), None)
+
+
+def _pieces(text: str) -> dict[str, list[tuple[int, int, str]]] | None:
+    """Each part's stretches (`module_parts`): first line, last line, text."""
     tree = ast_tree(text)
     if tree is None:
         return None
     lines = text.splitlines(keepends=True)
-    pieces: dict[str, list[str]] = {}
+    pieces: dict[str, list[tuple[int, int, str]]] = {}
+
+    def add(key: str, first: int, last: int, mark: str = "") -> None:
+        pieces.setdefault(key, []).append((first, last, "".join(lines[first - 1:last]) + mark))
+
     for stmt in tree.body:
         start, end = _span(stmt)
         if isinstance(stmt, ast.ClassDef):
-            own: list[str] = []
             at = start
             for inner in _methods_apart(stmt):
                 first, last = _span(inner)
-                own.append(f"{at}\0{''.join(lines[at - 1:first - 1])}\0def {inner.name}@{first}\n")
-                pieces.setdefault(f"{stmt.name}.{inner.name}", []).append(f"{first}\0{''.join(lines[first - 1:last])}")
+                add(stmt.name, at, first - 1, f"\0def {inner.name}\n")  # the class's lines before it, and its name
+                add(f"{stmt.name}.{inner.name}", first, last)
                 at = last + 1
-            if at <= end:  # each stretch with the line it starts on (none after a last method)
-                own.append(f"{at}\0{''.join(lines[at - 1:end])}")
-            pieces.setdefault(stmt.name, []).append(f"{start}\0{''.join(own)}")
+            if at <= end:  # the class's lines after its last method
+                add(stmt.name, at, end)
             continue
         named = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
-        key = stmt.name if named else MODULE_PART  # type: ignore[attr-defined]
-        pieces.setdefault(key, []).append(f"{start}\0{''.join(lines[start - 1:end])}")
-    return {key: hashlib.sha1("\0".join(texts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-            for key, texts in pieces.items()}
+        add(stmt.name if named else MODULE_PART, start, end)  # type: ignore[attr-defined]
+    return pieces
 
 
 def calling_parts(text: str, form: str, name: str) -> list[str] | None:
@@ -357,7 +386,7 @@ def _span(stmt: ast.stmt) -> tuple[int, int]:
 def all_parts_digest(parts: dict[str, str]) -> str:
     """One digest of every part of a module (`module_parts`): what an analysis that read all of
     them depends on. Comments and blank lines between the parts, or after the last, are not in
-    it, unless they move a part."""
+    it."""
     joined = "\0".join(f"{name}\0{digest}" for name, digest in sorted(parts.items()))
     return hashlib.sha1(joined.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import libcst as cst
 
+from loopcheck.lint.citations import placed
 from loopcheck.lint.memo import facts, known
 from loopcheck.lint.positions import node_span
 from loopcheck.lint.summary import MODULE_PART
@@ -363,7 +364,8 @@ class Where:
                 path = os.path.basename(path)
             elif os.path.isabs(path) and path.startswith(os.getcwd() + os.sep):
                 path = os.path.relpath(path)
-        return f"{path}:{self.index.line(self.node)}"
+        line = self.index.line(self.node)
+        return placed(f"{path}:{line}", self.index.path, line)
 
 
 @dataclass(frozen=True)

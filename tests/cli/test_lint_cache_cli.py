@@ -315,6 +315,85 @@ def test_an_edit_to_a_method_no_analysis_read_reanalyses_only_its_file(lint, pro
 
 
 
+def _lines_above(text: str, n: int = 2) -> str:
+    return "".join(f"# note {i}\n" for i in range(n)) + text
+
+
+def test_a_part_moved_by_lines_above_it_leaves_the_analyses_that_read_it(lint, project, checked):
+    """driver.py's model follows `Stepper.step`; no finding of it is in stepper.py. Lines added
+    above the class move the methods without changing them: only stepper.py is analysed again."""
+    fixed = STEPPER.replace("        self.optimizer.step()\n        loss.backward()\n",
+                            "        loss.backward()\n        self.optimizer.step()\n")
+    write(project / "stepper.py", fixed)
+    write(project / "driver.py", STEPPER_DRIVER)
+    cold = report(lint)
+    write(project / "stepper.py", _lines_above(fixed))
+    checked.clear()
+    assert report(lint) == cold
+    assert checked == ["stepper.py"]
+
+
+def test_findings_in_a_moved_part_follow_it(lint, project, checked):
+    """driver.py's model finds LC102 located in stepper.py: its analysis depends on where the step
+    is, so lines added above it analyse driver.py again and the finding moves with its line (an
+    edit below it does not)."""
+    write(project / "stepper.py", STEPPER)
+    write(project / "driver.py", STEPPER_DRIVER)
+    line = {f["code"]: f["line"] for f in report(lint)["findings"] if f["path"] == "stepper.py"}["LC102"]
+    write(project / "stepper.py", _lines_above(STEPPER))
+    checked.clear()
+    after = report(lint)
+    assert sorted(checked) == ["driver.py", "stepper.py"]
+    assert {f["code"]: f["line"] for f in after["findings"] if f["path"] == "stepper.py"}["LC102"] == line + 2
+    assert after == report(lint, "--no-cache")
+    write(project / "stepper.py", _lines_above(STEPPER) + "\n\ndef unused():\n    return None\n")
+    checked.clear()
+    assert report(lint) == after
+    assert checked == ["stepper.py"]
+
+
+CITED_STEP = """\
+def train_step(model, batch, optimizer):
+    optimizer.zero_grad()
+    loss = model(batch).sum()
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+CITING_DRIVER = """\
+import torch
+from torch import nn
+
+from steps import train_step
+
+
+def main(loader):
+    model = nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=1000)
+    for epoch in range(3):
+        for batch in loader:
+            scheduler.step()
+            train_step(model, batch, optimizer)
+"""
+
+
+def test_a_message_citing_a_moved_line_follows_it(lint, project, checked):
+    """driver.py's LC201 is located in driver.py and cites `optimizer.step()` in steps.py: lines
+    added above the step analyse driver.py again, and the citation names the new line."""
+    write(project / "steps.py", CITED_STEP)
+    write(project / "driver.py", CITING_DRIVER)
+    cold = report(lint)
+    assert [(f["path"], f["code"]) for f in cold["findings"]] == [("driver.py", "LC201")]
+    assert "(steps.py:5)" in cold["findings"][0]["message"]
+    write(project / "steps.py", _lines_above(CITED_STEP))
+    checked.clear()
+    after = report(lint)
+    assert sorted(checked) == ["driver.py", "steps.py"]
+    assert "(steps.py:7)" in after["findings"][0]["message"]
+    assert after == report(lint, "--no-cache")
+
+
 def test_a_search_of_a_module_s_call_sites_depends_on_the_parts_holding_them(lint, project, checked):
     """train.py's analysis looks for the calls of setup.py's builders inside setup.py (what their
     parameters are given there): it depends on which parts of setup.py hold such a call, not on

@@ -619,9 +619,10 @@ def test_a_module_read_as_a_whole_depends_on_its_parts_not_on_comments_after_the
 
 
 def test_each_method_of_a_class_is_a_part_and_the_class_keeps_its_own_lines() -> None:
-    """`module_parts`: a class's part is its own lines (methods replaced by their name and first
-    line); each method is `Class.method`. An edit inside one method changes that method's part,
-    and those of whatever it moves down; a class attribute edit changes the class's part."""
+    """`module_parts`: a class's part is its own lines (methods replaced by their name); each
+    method is `Class.method`. An edit inside one method changes that method's part only, not
+    those it moves down (a part is its text, wherever it sits); a class attribute edit changes
+    the class's part."""
     from loopcheck.lint.summary import module_parts
 
     source = textwrap.dedent('''\
@@ -651,9 +652,11 @@ def test_each_method_of_a_class_is_a_part_and_the_class_keeps_its_own_lines() ->
     assert changed(source.replace("/ len(self.losses)", "/ max(1, len(self.losses))")) == ["Recorder.mean"]
     assert changed(source.replace("self.losses.append(loss)", "self.losses.append(float(loss))")) == ["Recorder.add"]
     assert changed(source.replace("self.losses.append(loss)\n", "self.losses.append(loss)\n        del self.losses[:-10]\n")) == [
-        "Recorder", "Recorder.add", "Recorder.mean", "train"]  # moved down: their lines changed
+        "Recorder.add"]  # the method and the function below it moved down, unchanged
     assert changed(source.replace("window = 10", "window = 20")) == ["Recorder"]
     assert changed(source + "\n\n# the end\n") == []
+    assert changed("# a header\n\n" + source) == []
+    assert changed(source.replace("    def add", "    def record")) == ["Recorder", "Recorder.add", "Recorder.record"]
 
 
 def test_the_parts_holding_calls_of_a_name_are_named_as_module_parts_names_them() -> None:

@@ -14,8 +14,7 @@ import os
 import re
 from typing import Any
 
-_MARK = "\x1f"
-_CITED = re.compile(f"line (\\d+){_MARK}([^{_MARK}]*){_MARK}")
+from loopcheck.lint.citations import CITED as _CITED, MARK as _MARK
 
 
 def shown(name: str | None, default: str = "") -> str:

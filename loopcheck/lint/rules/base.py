@@ -25,6 +25,7 @@ from loopcheck.catalog import RulePage, page
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.context import FileContext
 from loopcheck.lint.positions import Span
+from loopcheck.lint.citations import citations, without_places
 from loopcheck.lint.rules._display import cite, user_names
 from loopcheck.lint.syntax import child_nodes, classes_of, module_nodes, walk, walk_pruned  # noqa: F401  (the rules' walks)
 
@@ -85,17 +86,20 @@ class Rule:
         else:
             span = ctx.span(at)
         meta = self.meta()
+        message = user_names(message)
+        cited = citations(message)  # (kept apart: a kept analysis depends on the lines it cites)
         return Finding(
             code=self.code,
             name=meta.name,
             severity=meta.severity if severity is None else min(severity, meta.severity, key=lambda s: s.rank),
-            message=cite(user_names(message), path),
+            message=cite(without_places(message), path),
             path=path,
             line=span.line,
             column=span.column,
             end_line=span.end_line,
             end_column=span.end_column,
             fix=fix,
+            extra={"cites": cited} if cited else {},
         )
 
 

@@ -262,8 +262,8 @@ class PerStepSchedulerSteppedPerEpoch(Rule):
                     ctx,
                     event,
                     f"`{shown_name}` ({binding.cls or 'scheduler'}) is sized in optimizer steps but "
-                    f"`{shown_name}.step()` ({at(event)}) runs once per pass of the loop at line "
-                    f"{loop.line}, while `{_step_target(steps[0]) and shown(_step_target(steps[0])) or 'optimizer'}"
+                    f"`{shown_name}.step()` ({at(event)}) runs once per pass of the loop at "
+                    f"{at(loop)}, while `{_step_target(steps[0]) and shown(_step_target(steps[0])) or 'optimizer'}"
                     f".step()` ({at(steps[0])}) runs in the batch loop inside it: the schedule "
                     f"barely leaves its first values; step it after the optimizer step in the batch loop",
                 )
@@ -396,6 +396,6 @@ class SchedulerSteppedTwice(Rule):
                     yield self.finding(
                         ctx,
                         mine[1],
-                        f"`{name}.step()` runs twice in one iteration (lines {mine[0].line} and "
-                        f"{mine[1].line}): the schedule advances two steps per optimizer step; keep one",
+                        f"`{name}.step()` runs twice in one iteration ({at(mine[0])} and "
+                        f"{at(mine[1])}): the schedule advances two steps per optimizer step; keep one",
                     )
