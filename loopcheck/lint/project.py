@@ -186,6 +186,7 @@ class Project:
         self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, tuple[list, list], dict]] = {}
         self._consulting: list[Reads] = []  # open analyses: what each has read
         self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
+        self._part_lines: dict[str, tuple[Any, dict[str, list[int]]]] = {}  # path -> (stamp, part_lines)
         self._file_stamp = _PerRun(file_stamp)  # size and time of a file on disk
         self._real_path = _PerRun(os.path.realpath)
         self._listings = _PerRun(_listing)  # folder -> its names, each a file, a folder or neither
@@ -860,7 +861,7 @@ class Project:
             if text is not None and kind == "calling_parts":
                 found = calling_parts(text, *arg)
             elif text is not None and kind == "lines":
-                found = (part_lines(text) or {}).get(arg)
+                found = self._lines_of(path, text).get(arg)
             elif text is not None:
                 pattern = re.compile(arg[0], arg[1])
                 found = bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
@@ -968,6 +969,14 @@ class Project:
         """Whether `pattern` matches the text of `path` (with `count`: how often), recorded for the
         analysis asking; None when the text cannot be read."""
         return self._ask("count" if count else "search", os.path.abspath(path), (pattern.pattern, pattern.flags))
+
+    def _lines_of(self, path: str, text: str) -> dict[str, list[int]]:
+        """`summary.part_lines` of `path` (whose text is `text`), once per file and version."""
+        stamp = self.stamp(path)
+        found = self._part_lines.get(path)
+        if found is None or found[0] != stamp:
+            found = self._part_lines[path] = (stamp, part_lines(text) or {})
+        return found[1]
 
     def _parts_of(self, path: str) -> dict[str, str] | None:
         stamp = self.stamp(path)
