@@ -25,7 +25,8 @@ apart: memory mapped and unmapped over and over shows there first); `--per-file`
 on a warm cache against the parse of that file alone (each edit made `--repeat` times), and
 `--warm` the cold command line against the same command on the unchanged tree with a warm cache;
 `--against CHECKOUT` times another source tree of loopcheck (an older commit, checked out with
-`git worktree add`) on the same tree, interleaved with this one.
+`git worktree add`) on the same tree, interleaved with this one (with `--edit-one`: the same edits
+on a copy of the tree of its own, since a cache holds one version's results).
 
     python benchmarks/lint_speed.py [--files 500] [--jobs N] [--repeat 5] [--select LC1]
     python benchmarks/lint_speed.py --single-lines 20000 [--repeat 3]
@@ -251,7 +252,7 @@ def measure_tree(root: Path, jobs: int, repeat: int, per_file: bool, edit_one: b
     if per_file:
         worst_file(files)
     if edit_one:
-        relint_one(root, files, jobs, repeat)
+        relint_one(root, files, jobs, repeat, against)
     if warm:
         warm_against_cold(root, jobs, repeat)
 
@@ -317,22 +318,31 @@ class _AllBut:
         self.cache.learn(facts)
 
 
-def relint_one(root: Path, files: list[Path], jobs: int, repeat: int = 5) -> None:
+def relint_one(root: Path, files: list[Path], jobs: int, repeat: int = 5, against: Path | None = None) -> None:
     """Warm cache, then one file changes: the re-lint against the parse of that file alone.
 
     Two files, each edited three ways, each edit made `repeat` times (a different text each time)
-    and undone after each re-lint: the largest file, and the module most project files import
+    and undone after each re-lint (and the original re-linted, untimed): the largest file, and the module most project files import
     (whose results all depend on it); a comment appended, a comment added at the top (which moves
     every function and class of the file down a line, unchanged), and a statement added to the
-    body of the file's last function (code the analysis of the file reads again). Beside the re-lint, two
-    start-ups are measured in the same run: the command on a folder with nothing to analyse, and
-    the command analysing a one-statement PyTorch file (the libcst parser and the rules
-    imported), which any re-lint that analyses anything pays."""
+    body of the file's last function (code the analysis of the file reads again). Beside the
+    re-lint, two start-ups are measured in the same run: the command on a folder with nothing to
+    analyse, and the command analysing a one-statement PyTorch file (the libcst parser and the
+    rules imported), which any re-lint that analyses anything pays.
+
+    `against`: another checkout of loopcheck makes the same edits on its own copy of the tree (a
+    cache is kept for one version of the linter), each edit alternating between the two."""
     from loopcheck.lint.engine import project_for
 
     (root / "pyproject.toml").exists() or print("note: no pyproject.toml at the tree's root; the cache lives at the nearest project root")
-    cli_run(loopcheck_cli(root, jobs, cache=True))
-    warm, _ = cli_run(loopcheck_cli(root, jobs, cache=True))
+    trees = {REPO: root}
+    if against is not None:
+        trees[against] = root.parent / "against"
+        shutil.copytree(root, trees[against], ignore=shutil.ignore_patterns(".loopcheck_cache"))
+    warm = {}
+    for checkout, tree in trees.items():
+        cli_run(loopcheck_cli(tree, jobs, cache=True), checkout)
+        warm[checkout], _ = cli_run(loopcheck_cli(tree, jobs, cache=True), checkout)
     largest = max(files, key=lambda f: f.stat().st_size if f.name != "__init__.py" else 0)
     project = project_for(largest)
     importers = {f: len(project.dependents(f)) for f in files}
@@ -344,7 +354,7 @@ def relint_one(root: Path, files: list[Path], jobs: int, repeat: int = 5) -> Non
         startup = statistics.median(cli_run(nothing)[0] for _ in range(repeat))
         (Path(empty) / "x.py").write_text("import torch\n\nx = torch.zeros(1)\n")
         analysing = statistics.median(cli_run(nothing)[0] for _ in range(repeat))
-    print(f"warm (unchanged) {warm:.2f}s; command start-up {startup:.2f}s, analysing one small file {analysing:.2f}s")
+    print(f"warm (unchanged) {warm[REPO]:.2f}s; command start-up {startup:.2f}s, analysing one small file {analysing:.2f}s")
     stamp = time.time_ns()  # edits no earlier run made (the cache keeps some facts by content)
     for label, target in (("the largest", largest), (f"imported by {importers[central]} files", central)):
         original = target.read_bytes()
@@ -355,22 +365,31 @@ def relint_one(root: Path, files: list[Path], jobs: int, repeat: int = 5) -> Non
         _parse(str(target))
         parse = time.perf_counter() - start
         for what, edit in edits.items():
-            times = []
-            try:
-                for i in range(repeat):
-                    edited = edit(i)
-                    if edited is None:
-                        break
-                    target.write_bytes(edited)
-                    times.append(cli_run(loopcheck_cli(root, jobs, cache=True))[0])
-            finally:
-                target.write_bytes(original)
-            if not times:
-                continue
-            relint = statistics.median(times)
-            print(f"one file changed ({label}: {target.relative_to(root)}, parse {parse * 1000:.0f} ms), {what}: "
-                  f"re-lint {relint:.2f}s; beyond start-up {(relint - startup) / parse:.1f}x its parse, beyond "
-                  f"analysing one small file {(relint - analysing) / parse:.1f}x  (target <= 2x)")
+            times: dict[Path, list[float]] = {checkout: [] for checkout in trees}
+            for i in range(repeat):
+                edited = edit(i)
+                if edited is None:
+                    break
+                for checkout in list(trees) if i % 2 == 0 else list(trees)[::-1]:  # neither always first
+                    copy = trees[checkout] / target.relative_to(root)
+                    copy.write_bytes(edited)
+                    try:
+                        times[checkout].append(cli_run(loopcheck_cli(trees[checkout], jobs, cache=True), checkout)[0])
+                    finally:
+                        copy.write_bytes(original)
+                    # untimed: the next edit is again one change from the original (the cache now
+                    # holds this edit's results; a text differing from it in a comment only would
+                    # move nothing)
+                    cli_run(loopcheck_cli(trees[checkout], jobs, cache=True), checkout)
+            for checkout, measured in times.items():
+                if not measured:
+                    continue
+                relint = statistics.median(measured)
+                name = "" if checkout == REPO else f" [{checkout}]"
+                print(f"one file changed ({label}: {target.relative_to(root)}, parse {parse * 1000:.0f} ms), {what}{name}: "
+                      f"re-lint {relint:.2f}s ({', '.join(f'{t:.2f}' for t in measured)}); beyond start-up "
+                      f"{(relint - startup) / parse:.1f}x its parse, beyond analysing one small file "
+                      f"{(relint - analysing) / parse:.1f}x  (target <= 2x)")
 
 
 def _body_edit(source: bytes, i: int) -> bytes | None:
