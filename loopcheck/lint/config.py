@@ -27,6 +27,7 @@ from typing import Any, Iterable
 from loopcheck.catalog import catalog
 from loopcheck.errors import ConfigError
 from loopcheck.findings import Severity
+from loopcheck.lint.real_paths import RealPaths
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -356,7 +357,7 @@ class Resolver:
             self._fixed = load(config_file).with_overrides(overrides)
         self._by_dir: dict[Path, Config] = {}
         self._by_path: dict[Path, Config] = {}  # `for_path`, by the path as asked
-        self._folders: dict[Path, Path] = {}  # a folder as asked -> resolved
+        self._real = RealPaths()  # each folder resolved once
 
     def for_path(self, path: Path) -> Config:
         """The effective configuration of a file (or of a folder, for discovery)."""
@@ -365,10 +366,7 @@ class Resolver:
         found = self._by_path.get(path)
         if found is None:  # (asked several times for each file of a run: resolving costs a call per folder)
             folder = path if path.is_dir() else path.parent
-            real = self._folders.get(folder)
-            if real is None:
-                real = self._folders[folder] = folder.resolve()
-            found = self._by_path[path] = self._for_dir(real)
+            found = self._by_path[path] = self._for_dir(Path(self._real(folder)))
         return found
 
     def _for_dir(self, folder: Path) -> Config:

@@ -380,13 +380,13 @@ def _lines_read(findings: list[Finding], path: str, read: Any, project: Any) -> 
     analysis depends on where they are, not only on the text it read there (`Project.note_lines`;
     all of such a file's text when the project cannot place them)."""
     here = os.path.abspath(path)
+    note = getattr(project, "note_lines", None)
     for finding in findings:
-        places = [(finding.path, finding.line), *finding.extra.get("cites", ())]
-        for other, line in places:
+        for other, line in [(finding.path, finding.line), *finding.extra.get("cites", ())]:
             if not other or os.path.abspath(other) == here:
                 continue
-            if hasattr(project, "note_lines") and line is not None:
-                project.note_lines(read, other, line)
+            if note is not None and line is not None:
+                note(read, other, line)
             else:
                 read.files[os.path.abspath(other)] = None
 

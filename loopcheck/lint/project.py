@@ -30,8 +30,8 @@ from loopcheck.lint import memo
 from loopcheck.lint.discovery import in_environment
 from loopcheck.lint.source_text import SourceText
 from loopcheck.lint.summary import (
-    ModuleSummary, all_parts_digest, calling_parts, content_digest, in_use, module_parts, part_holding, part_lines,
-    summarize, summarize_parsed, summary_of,
+    ModuleSummary, all_parts_digest, calling_parts, content_digest, in_use, module_split, part_holding, summarize,
+    summarize_parsed, summary_of,
 )
 
 if TYPE_CHECKING:  # libcst is imported when a module is parsed
@@ -185,8 +185,7 @@ class Project:
         # answers came from)
         self._findings: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any], dict, tuple[list, list], dict]] = {}
         self._consulting: list[Reads] = []  # open analyses: what each has read
-        self._parts: dict[str, tuple[Any, dict[str, str] | None]] = {}  # path -> (stamp, module_parts)
-        self._part_lines: dict[str, tuple[Any, dict[str, list[int]]]] = {}  # path -> (stamp, part_lines)
+        self._parts: dict[str, tuple[Any, Any]] = {}  # path -> (stamp, summary.module_split)
         self._file_stamp = _PerRun(file_stamp)  # size and time of a file on disk
         self._real_path = _PerRun(os.path.realpath)
         self._listings = _PerRun(_listing)  # folder -> its names, each a file, a folder or neither
@@ -828,7 +827,7 @@ class Project:
         """The answer today to one question an analysis asked (`Reads.facts`): "reach" (does a
         module `path` reaches mention one of the words `arg`?), "part" (the digest of part `arg`
         of module `path`, `summary.module_parts`), "parts" (one digest of all its parts), "lines"
-        (the lines part `arg` of module `path` starts on, `summary.part_lines`),
+        (the lines each stretch of part `arg` of module `path` starts on, `summary.module_split`),
         "mentioning" (the project files holding the word `arg`; `path` is the root), "search"
         and "count" (does the regular expression `arg` = (pattern, flags) match the text of
         `path`, how often; None when the text cannot be read), "derived" (the digest of the
@@ -844,6 +843,9 @@ class Project:
             if kind == "parts":
                 parts = self._parts_of(path)
                 return all_parts_digest(parts) if parts is not None else "*"
+            if kind == "lines":
+                stretches = (self._spans_of(path) or {}).get(arg)
+                return [first for first, _ in stretches] if stretches is not None else None
             if kind == "mentioning":
                 return list(self._holding(arg))
             if kind in ("keys_read", "defines"):
@@ -860,8 +862,6 @@ class Project:
             found = None
             if text is not None and kind == "calling_parts":
                 found = calling_parts(text, *arg)
-            elif text is not None and kind == "lines":
-                found = self._lines_of(path, text).get(arg)
             elif text is not None:
                 pattern = re.compile(arg[0], arg[1])
                 found = bool(pattern.search(text)) if kind == "search" else len(pattern.findall(text))
@@ -920,8 +920,8 @@ class Project:
         is in no part)."""
         key = os.path.abspath(path)
         with self._unrecorded():
-            text = self.text(Path(key))
-            name = part_holding(text, line) if text is not None else None
+            spans = self._spans_of(key)
+        name = part_holding(spans, line) if spans is not None else None
         if name is None:
             reads.files[key] = None
             return
@@ -970,20 +970,23 @@ class Project:
         analysis asking; None when the text cannot be read."""
         return self._ask("count" if count else "search", os.path.abspath(path), (pattern.pattern, pattern.flags))
 
-    def _lines_of(self, path: str, text: str) -> dict[str, list[int]]:
-        """`summary.part_lines` of `path` (whose text is `text`), once per file and version."""
-        stamp = self.stamp(path)
-        found = self._part_lines.get(path)
-        if found is None or found[0] != stamp:
-            found = self._part_lines[path] = (stamp, part_lines(text) or {})
-        return found[1]
-
     def _parts_of(self, path: str) -> dict[str, str] | None:
+        """`summary.module_parts` of `path` (None: unreadable, or not Python)."""
+        split = self._split_of(path)
+        return split[0] if split is not None else None
+
+    def _spans_of(self, path: str) -> dict[str, list[tuple[int, int]]] | None:
+        """Where each part of `path` lies (`summary.module_split`; None: unreadable, or not Python)."""
+        split = self._split_of(path)
+        return split[1] if split is not None else None
+
+    def _split_of(self, path: str) -> Any:
+        """`summary.module_split` of `path`, once per file and version."""
         stamp = self.stamp(path)
         found = self._parts.get(path)
         if found is None or found[0] != stamp:
             text = self.text(Path(path))
-            found = self._parts[path] = (stamp, module_parts(text) if text is not None else None)
+            found = self._parts[path] = (stamp, module_split(text) if text is not None else None)
         return found[1]
 
     def text(self, path: Path) -> str | None:

@@ -275,31 +275,27 @@ def module_parts(text: str) -> dict[str, str] | None:
     method's lines replaced by the method's name. An analysis that read only some parts of a
     module depends only on their text: an edit elsewhere leaves their digests as they were, even
     when it moves them up or down. (Where a part sits matters to findings located in it or citing
-    its lines: those depend on its lines too, `part_lines`.) None when Python cannot parse the
+    its lines: those depend on its lines too, `module_split`.) None when Python cannot parse the
+    text."""
+    split = module_split(text)
+    return split[0] if split is not None else None
+
+
+def module_split(text: str) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]] | None:
+    """Each part's digest (`module_parts`), and the first and last line of each stretch of each
+    part: with its text, what places every line of the part. None when Python cannot parse the
     text."""
     pieces = _pieces(text)
     if pieces is None:
         return None
-    return {key: hashlib.sha1("\0".join(t for _, _, t in texts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-            for key, texts in pieces.items()}
+    digests = {key: hashlib.sha1("\0".join(t for _, _, t in texts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+               for key, texts in pieces.items()}
+    return digests, {key: [(first, last) for first, last, _ in texts] for key, texts in pieces.items()}
 
 
-def part_lines(text: str) -> dict[str, list[int]] | None:
-    """The line each stretch of each part (`module_parts`) starts on: with its text, what places
-    every line of the part. None when Python cannot parse the text."""
-    pieces = _pieces(text)
-    if pieces is None:
-        return None
-    return {key: [first for first, _, _ in texts] for key, texts in pieces.items()}
-
-
-def part_holding(text: str, line: int) -> str | None:
-    """The part (`module_parts`) holding `line`; None for a line between parts, or a text Python
-    cannot parse."""
-    pieces = _pieces(text)
-    if pieces is None:
-        return None
-    return next((key for key, texts in pieces.items() for first, last, _ in texts if first <= line <= last), None)
+def part_holding(spans: dict[str, list[tuple[int, int]]], line: int) -> str | None:
+    """The part holding `line`, by the parts' stretches (`module_split`); None between parts."""
+    return next((key for key, stretches in spans.items() for first, last in stretches if first <= line <= last), None)
 
 
 def _pieces(text: str) -> dict[str, list[tuple[int, int, str]]] | None:
