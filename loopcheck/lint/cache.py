@@ -1,8 +1,9 @@
 """The lint cache: a file's results, reused while nothing they depend on has changed.
 
 Entries live in `.loopcheck_cache/` at the project root (the nearest folder up from the working
-directory holding a pyproject.toml or .git, else the working directory), one JSON file per
-(file, effective configuration). An entry is valid while
+directory holding a pyproject.toml or .git, else the working directory), one JSON document per
+(file, effective configuration), kept in a few pack files (`packs`: read once per run, written
+once at its end). An entry is valid while
 
 - the file's bytes hash the same,
 - loopcheck's version, its linter code and the rule pages' metadata (names, severities, fix
@@ -15,7 +16,7 @@ directory holding a pyproject.toml or .git, else the working directory), one JSO
   other entries it wrote (`dep_tables`), so entries do not grow with the size of the project.
 
 Beside those per-file results, each file's *analysis* (every finding its model makes, wherever
-located) is kept under `analyses/` with what it read (`project.Reads`): whole files by hash, and
+located) is kept in the packs under `analyses/` with what it read (`project.Reads`): whole files by hash, and
 questions with their answers (a part of a followed module by digest, whether what a module
 reaches mentions some words, a pattern searched in a file). It is valid while the file is
 unchanged and every answer is the same, so an edit to a function no other analysis read
@@ -46,13 +47,14 @@ from typing import Any, Callable, Iterable
 from loopcheck.catalog import catalog
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.dep_tables import DepTables
+from loopcheck.lint.packs import Packs
 from loopcheck.lint.output.report import FileError
 from loopcheck.lint.project import ONE_FILE_QUESTIONS
 from loopcheck.lint.real_paths import RealPaths
 
 DIRNAME = ".loopcheck_cache"
 _UNSEEN = object()
-SCHEMA = 3
+SCHEMA = 4
 _MAX_DEPS = 20_000  # as many as a project walk finds (project._MAX_FILES)
 
 
@@ -147,6 +149,8 @@ class Cache:
         # -> the entry as read, checked up to those questions (`analysis(answer=False)`)
         self._unsure: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
         self._writable = True
+        self.results = Packs(self.dir / "results", self._write)
+        self.analyses = Packs(self.dir / "analyses", self._write)
         self.tables = DepTables(self.dir / "tables", self.file_hash, self._write, self._tables_named)
         self.hits = 0
         self.misses = 0
@@ -170,15 +174,14 @@ class Cache:
         self._given[str(path)] = self._hashes[real]
         return self._hashes[real]
 
-    def _entry_path(self, path: Path, key: str) -> Path:
-        name = digest(f"{self._real(path)}\0{key}".encode())[:32]
-        return self.dir / name[:2] / f"{name}.json"
+    def _entry_name(self, path: Path | str, key: str) -> str:
+        return digest(f"{self._real(path)}\0{key}".encode())[:32]
 
     def get(self, path: Path, data: bytes, key: str) -> Entry | None:
         """The stored results of path for this configuration key, if still valid."""
         try:
-            raw = json.loads(self._entry_path(path, key).read_text(encoding="utf-8"))
-            if raw.get("schema") != SCHEMA or raw.get("sha") != digest(data):
+            raw = self.results.get(self._entry_name(path, key))
+            if raw is None or raw.get("schema") != SCHEMA or raw.get("sha") != digest(data):
                 return self._miss()
             deps = raw["deps"]
             if not self.tables.holds(deps):
@@ -220,13 +223,12 @@ class Cache:
             "errors": [{"path": e.path, "line": e.line, "message": e.message, "code": e.code, "column": e.column}
                        for e in errors],
         }
-        self._write(self._entry_path(path, key), doc)
+        self.results.put(self._entry_name(path, key), doc)
 
     # ---- analyses ------------------------------------------------------------------------------
 
-    def _analysis_path(self, path: str, codes: tuple[str, ...]) -> Path:
-        name = digest(f"{self._real(path)}\0{','.join(codes)}".encode())[:32]
-        return self.dir / "analyses" / name[:2] / f"{name}.json"
+    def _analysis_name(self, path: str, codes: tuple[str, ...]) -> str:
+        return self._entry_name(path, ",".join(codes))
 
     def analysis(self, path: str, codes: tuple[str, ...], promised: bool, answer: bool = True) -> Any:
         """The kept analysis of `path` with these codes enabled (an engine `FileResult`), while
@@ -239,9 +241,9 @@ class Cache:
         key = (self._real(path), codes)
         checked = self._unsure.pop(key, None)  # read and checked but for its questions
         try:
-            raw = checked or json.loads(self._analysis_path(path, codes).read_text(encoding="utf-8"))
+            raw = checked or self.analyses.get(self._analysis_name(path, codes))
             if checked is None:
-                if raw.get("schema") != SCHEMA or raw.get("sha") != self.file_hash(path):
+                if raw is None or raw.get("schema") != SCHEMA or raw.get("sha") != self.file_hash(path):
                     return None
                 if promised and not raw["promised"]:
                     return None
@@ -285,7 +287,7 @@ class Cache:
             "errors": [e.to_dict() for e in result.errors],
             "fixes_applied": result.fixes_applied,
         }
-        self._write(self._analysis_path(result.path, codes), doc)
+        self.analyses.put(self._analysis_name(result.path, codes), doc)
 
     def _facts_doc(self, result: Any) -> dict[str, Any]:
         """An analysis's questions about other files with their answers (`Project.answer`), and
@@ -334,17 +336,20 @@ class Cache:
         return self._projects[folder]
 
     def close(self) -> None:
-        """The run is over: keep together what the next run reads of the derived parts."""
+        """The run is over: write what it kept (the table of what its entries depend on before
+        the entries naming it), and keep together what the next run reads of the derived parts."""
+        self.tables.flush()
+        self.results.flush()
+        self.analyses.flush()
         self.derived.close()
 
     def _tables_named(self) -> set[str]:
         """The dependency tables some kept result or analysis names."""
         named: set[str] = set()
-        for entry in [*self.dir.glob("[0-9a-f][0-9a-f]/*.json"), *self.dir.glob("analyses/*/*.json")]:
+        for raw in [*self.results.docs(), *self.analyses.docs()]:
             try:
-                raw = json.loads(entry.read_text(encoding="utf-8"))
                 named.update(raw[field]["table"] for field in ("deps", "facts_read") if field in raw)
-            except (OSError, ValueError, KeyError, TypeError):
+            except (KeyError, TypeError):
                 continue
         return named
 

@@ -8,10 +8,10 @@ table of (path, hash) rows, and an entry names its rows by a bit mask over that 
 
 Reading, each row of a table is checked once per run (its file hashes as the row says), the
 first time an entry names it; an entry then holds while every row of its mask does, which is
-one big-integer operation. A table is named at random by the run that writes it and written
-again as it grows: rows are only appended, so a mask written early in the run reads the same
-rows from any later version. Tables no entry names any more are removed by `Cache` from time to
-time.
+one big-integer operation. A table is named at random by the run that writes it, and written
+at the run's end (`flush`), before the entries naming it; rows are only appended, so a mask
+reads the same rows from any later version. Tables no entry names any more are removed by
+`Cache` from time to time.
 """
 
 from __future__ import annotations
@@ -71,10 +71,14 @@ class DepTables:
             self.name = uuid.uuid4().hex
             self._read[self.name] = own
             self._collect()
-        if len(own.paths) > self._written:  # before any entry naming the new rows is written
+        return {"table": self.name, "rows": format(mask, "x")}
+
+    def flush(self) -> None:
+        """Write this run's table, where it has rows not written yet (before any entry naming them)."""
+        own = self._own
+        if self.name is not None and len(own.paths) > self._written:
             self._write(self.path(self.name), {"paths": own.paths, "hashes": own.hashes})
             self._written = len(own.paths)
-        return {"table": self.name, "rows": format(mask, "x")}
 
     # Reading -----------------------------------------------------------------------------------
     def holds(self, ref: Ref) -> bool:

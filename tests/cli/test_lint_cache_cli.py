@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -69,21 +70,20 @@ def test_no_cache_neither_reads_nor_writes(lint, two_files, checked):
     assert not (two_files / ".loopcheck_cache").exists()
     report(lint)
     # poison the stored result of ckpt.py: a run that reads the cache shows the poison
-    for entry in results_in(two_files / ".loopcheck_cache"):
-        doc = json.loads(entry.read_text())
+    def poison(doc):
         for f in doc["findings"]:
             f["message"] = "from the cache"
-        entry.write_text(json.dumps(doc))
+        return doc
+
+    rewrite_entries(packs_of(two_files, "results"), poison)
     assert {f["message"] for f in report(lint)["findings"]} == {"from the cache"}
     assert "from the cache" not in {f["message"] for f in report(lint, "--no-cache")["findings"]}
 
 
 def test_corrupt_analyses_are_analysed_again(lint, two_files, checked):
     cold = report(lint)
-    for entry in results_in(two_files / ".loopcheck_cache"):
-        entry.unlink()
-    for i, entry in enumerate(analyses_in(two_files / ".loopcheck_cache")):
-        entry.write_bytes([b"", b"\x00\xff garbage", b'{"schema": 2, "sha": null}'][i])
+    shutil.rmtree(packs_of(two_files, "results"))
+    corrupt_entries(packs_of(two_files, "analyses"))
     checked.clear()
     assert report(lint) == cold
     assert sorted(checked) == ["ckpt.py", "model.py", "train.py"]
@@ -91,10 +91,7 @@ def test_corrupt_analyses_are_analysed_again(lint, two_files, checked):
 
 def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
     cold = report(lint)
-    entries = results_in(two_files / ".loopcheck_cache")
-    assert len(entries) == 3
-    for i, entry in enumerate(entries):
-        entry.write_bytes([b"", b"\x00\xff garbage", b'{"schema": 1, "sha": null}'][i])
+    assert corrupt_entries(packs_of(two_files, "results")) == 3
     checked.clear()
     result = lint(".", "-f", "json", "--jobs", "1")
     assert result.exit_code == 1 and result.stderr == ""
@@ -102,14 +99,31 @@ def test_corrupt_cache_entries_are_ignored(lint, two_files, checked):
     assert checked == []  # each file's result is assembled again from the analyses kept beside it
 
 
-def results_in(cache: Path) -> list[Path]:
-    """The stored lint results of files (module summaries, analyses, derived parts and the tables
-    of what entries depend on, kept beside them, left out)."""
-    return [p for p in cache.rglob("*.json") if not {"summaries", "analyses", "derived", "tables"} & set(p.parts)]
+def packs_of(project: Path, kind: str) -> Path:
+    """The folder of the packs holding one kind of cache entry ("results", "analyses")."""
+    (folder,) = (project / ".loopcheck_cache").glob(f"*/{kind}")
+    return folder
 
 
-def analyses_in(cache: Path) -> list[Path]:
-    return [p for p in cache.rglob("*.json") if "analyses" in p.parts]
+def rewrite_entries(packs: Path, change) -> int:
+    """Pass each entry kept in the packs under `packs` through `change`; return how many there were."""
+    count = 0
+    for pack in sorted(packs.glob("*.json")):
+        doc = json.loads(pack.read_text())
+        doc["entries"] = {name: change(entry) for name, entry in doc["entries"].items()}
+        count += len(doc["entries"])
+        pack.write_text(json.dumps(doc))
+    return count
+
+
+def corrupt_entries(packs: Path) -> int:
+    """Spoil every entry under `packs` in each way a cache can be spoilt: the first pack unreadable
+    as a whole, each entry of the others garbage or written by another schema."""
+    spoilt = iter(["garbage", {"schema": 1, "sha": None}, None] * 100)
+    count = rewrite_entries(packs, lambda entry: next(spoilt))
+    first = sorted(packs.glob("*.json"))[0]
+    first.write_bytes(b"\x00\xff garbage")
+    return count
 
 
 def test_a_load_is_rechecked_when_another_module_changes_what_it_saves(lint, project, checked):

@@ -40,15 +40,17 @@ def project(tmp_path: Path) -> Path:
 
 def store(cache: Cache, path: Path, key: str = "k") -> None:
     cache.put(path, path.read_bytes(), key, [FINDING], [FileError(str(path), 3, "boom", "LC000")])
+    cache.close()  # what a run keeps is written at its end
 
 
 def lookup(path: Path, key: str = "k"):
     return Cache(path.parent).get(path, path.read_bytes(), key)
 
 
-def entry_files(project: Path) -> list[Path]:
-    """The kept results (not the module summaries, nor the tables of what they depend on)."""
-    return [p for p in (project / ".loopcheck_cache").rglob("*.json") if not {"summaries", "tables"} & set(p.parts)]
+def result_packs(project: Path) -> list[Path]:
+    """The files the kept results live in (not the module summaries, the analyses, nor the
+    tables of what they depend on)."""
+    return list((project / ".loopcheck_cache").rglob("results/*.json"))
 
 
 def test_project_root_is_the_nearest_folder_with_pyproject_or_git(tmp_path):
@@ -103,8 +105,8 @@ def test_the_entries_of_a_run_name_what_they_depend_on_in_one_shared_table(proje
         store(cache, project / name)
     (table,) = (project / ".loopcheck_cache").rglob("tables/*.json")
     assert "layers.py" in table.read_text()  # both depend on it: one row
-    for entry in entry_files(project):
-        assert "layers.py" not in entry.read_text()
+    for pack in result_packs(project):
+        assert "layers.py" not in pack.read_text()
     assert lookup(project / "train.py") is not None and lookup(project / "model.py") is not None
 
 
@@ -113,8 +115,8 @@ def test_corrupt_entries_are_misses_and_are_overwritten(project, garbage):
     train = project / "train.py"
     cache = Cache(project)
     store(cache, train)
-    (entry_file,) = entry_files(project)
-    entry_file.write_text(garbage)
+    (pack,) = result_packs(project)
+    pack.write_text(garbage)
     fresh = Cache(project)
     assert fresh.get(train, train.read_bytes(), "k") is None and fresh.misses == 1
     store(fresh, train)
@@ -124,11 +126,42 @@ def test_corrupt_entries_are_misses_and_are_overwritten(project, garbage):
 def test_a_finding_with_a_wrong_shape_is_a_miss(project):
     train = project / "train.py"
     store(Cache(project), train)
-    (entry_file,) = entry_files(project)
-    doc = json.loads(entry_file.read_text())
-    doc["findings"][0]["severity"] = "catastrophic"
-    entry_file.write_text(json.dumps(doc))
+    (pack,) = result_packs(project)
+    doc = json.loads(pack.read_text())
+    (entry,) = doc["entries"].values()
+    entry["findings"][0]["severity"] = "catastrophic"
+    pack.write_text(json.dumps(doc))
     assert lookup(train) is None
+
+
+@pytest.mark.parametrize("garbage", [None, [], {"schema": 1}, {"schema": 1, "sha": 3, "deps": 4}])
+def test_a_corrupt_entry_in_a_pack_is_a_miss_and_leaves_the_others(project, garbage):
+    train, model = project / "train.py", project / "model.py"
+    cache = Cache(project)
+    for path in (train, model):
+        cache.put(path, path.read_bytes(), "k", [FINDING], [])
+    cache.close()
+    packs = {json.dumps(name): pack for pack in result_packs(project) for name in json.loads(pack.read_text())["entries"]}
+    assert len(packs) == 2
+    name = cache._entry_name(train, "k")
+    pack = packs[json.dumps(name)]
+    doc = json.loads(pack.read_text())
+    doc["entries"][name] = garbage
+    pack.write_text(json.dumps(doc))
+    assert lookup(train) is None and lookup(model) is not None
+    store(Cache(project), train)
+    assert lookup(train) is not None and lookup(model) is not None
+
+
+def test_a_run_writes_the_entries_it_changed_over_what_another_run_wrote_meanwhile(project):
+    train, model = project / "train.py", project / "model.py"
+    first, second = Cache(project), Cache(project)
+    assert first.get(train, train.read_bytes(), "k") is None and second.get(model, model.read_bytes(), "k") is None
+    first.put(train, train.read_bytes(), "k", [FINDING], [])
+    second.put(model, model.read_bytes(), "k", [], [])
+    first.close()
+    second.close()
+    assert lookup(train).findings == [FINDING] and lookup(model).findings == []
 
 
 def test_an_unwritable_cache_is_skipped_silently(project):

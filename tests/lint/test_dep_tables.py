@@ -37,7 +37,9 @@ def test_entries_of_one_run_share_its_rows_and_read_back_in_the_next(tmp_path: P
     first = run.ref(["a", "b"])
     second = run.ref(["b", "c"])
     assert first["table"] == second["table"]
-    assert len(list(tmp_path.glob("*.json"))) == 1  # one table, written again as it grew
+    assert not list(tmp_path.glob("*.json"))  # written at the run's end, once
+    run.flush()
+    assert len(list(tmp_path.glob("*.json"))) == 1
     assert json.loads(run.path(first["table"]).read_text())["paths"] == ["a", "b", "c"]
     later = tables(tmp_path, files)
     assert later.holds(first) and later.holds(second)
@@ -48,6 +50,7 @@ def test_an_entry_holds_while_every_file_it_names_hashes_as_it_did(tmp_path: Pat
     run = tables(tmp_path, Files(a="1", b="2", c="3"))
     names_b = run.ref(["a", "b"])
     not_b = run.ref(["a", "c"])
+    run.flush()
     files = Files(a="1", b="changed", c="3")
     later = tables(tmp_path, files)
     assert not later.holds(names_b) and later.holds(not_b)
@@ -57,6 +60,7 @@ def test_an_entry_holds_while_every_file_it_names_hashes_as_it_did(tmp_path: Pat
 def test_a_file_gone_or_a_new_one_where_none_was_is_a_change(tmp_path: Path) -> None:
     run = tables(tmp_path, Files(a="1"))
     ref = run.ref(["a", "missing.py"])
+    run.flush()
     assert tables(tmp_path, Files(a="1")).holds(ref)
     assert not tables(tmp_path, Files(a="1", **{"missing.py": "new"})).holds(ref)
     assert not tables(tmp_path, Files()).holds(ref)
@@ -65,13 +69,16 @@ def test_a_file_gone_or_a_new_one_where_none_was_is_a_change(tmp_path: Path) -> 
 def test_an_entry_naming_no_file_holds_without_a_table(tmp_path: Path) -> None:
     run = tables(tmp_path, Files())
     ref = run.ref([])
+    run.flush()
     assert not list(tmp_path.glob("*.json"))
     assert tables(tmp_path, Files()).holds(ref) and tables(tmp_path, Files()).paths(ref) == []
 
 
 def test_a_missing_or_damaged_table_holds_nothing(tmp_path: Path) -> None:
     files = Files(a="1")
-    ref = tables(tmp_path, files).ref(["a"])
+    run = tables(tmp_path, files)
+    ref = run.ref(["a"])
+    run.flush()
     table = tmp_path / f"{ref['table']}.json"
     for damage in ("{not json", '{"paths": ["a"]}', '{"paths": ["a"], "hashes": []}'):
         table.write_text(damage)
@@ -90,6 +97,7 @@ def test_tables_no_entry_names_are_removed_once_there_are_many(tmp_path: Path) -
     named = {f"{i:032x}" for i in range(5)}
     run = tables(tmp_path, Files(a="1"), named)
     ref = run.ref(["a"])
+    run.flush()
     left = {p.stem for p in tmp_path.glob("*.json")}
     assert left == named | {f"{99:032x}", ref["table"]}
 
@@ -117,7 +125,9 @@ def test_the_tables_still_named_are_looked_for_again_only_once_they_doubled(tmp_
         asked.append(1)
         return set(names)
 
-    DepTables(tmp_path, Files(a="1"), write, named).ref(["a"])
+    run = DepTables(tmp_path, Files(a="1"), write, named)
+    run.ref(["a"])
+    run.flush()
     assert len(asked) == 1 and len(list(tmp_path.glob("*.json"))) == 41
     DepTables(tmp_path, Files(a="1"), write, named).ref(["a"])
     assert len(asked) == 1  # 42 tables, 41 of them named at the last look: not yet
