@@ -40,9 +40,15 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 from loopcheck.catalog import catalog
 from loopcheck.findings import Finding, Severity
@@ -338,10 +344,31 @@ class Cache:
     def close(self) -> None:
         """The run is over: write what it kept (the table of what its entries depend on before
         the entries naming it), and keep together what the next run reads of the derived parts."""
-        self.tables.flush()
-        self.results.flush()
-        self.analyses.flush()
+        with self._locked():
+            self.tables.flush()
+            self.results.flush()
+            self.analyses.flush()
         self.derived.close()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive lock on this version's folder while a run writes out its packs (each
+        merged with what is on disk), so that two runs ending together keep both their entries.
+        Without `flock` (Windows) or a writable folder, none: two runs flushing the same pack at
+        the same moment may then drop one's new entries, which the next run makes again."""
+        handle = None
+        if fcntl is not None and self._writable:
+            try:
+                self._prepare(self.dir)
+                handle = open(self.dir / ".lock", "a")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            except OSError:
+                pass
+        try:
+            yield
+        finally:
+            if handle is not None:
+                handle.close()  # releases the lock
 
     def _tables_named(self) -> set[str]:
         """The dependency tables some kept result or analysis names."""

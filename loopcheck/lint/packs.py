@@ -6,9 +6,9 @@ the project. One file per entry made such a run create, write and rename hundred
 every warm run open and read hundreds. Here an entry (a plain JSON document) lives in one of 16
 packs, chosen by the first digit of its name (a hex digest), each one JSON file: a run reads a
 pack once, the first time it asks for one of its entries, and writes the packs it changed once,
-at its end (`flush`), each merged with what is on disk then, so that a run beside this one loses
-at most the entries both wrote (which the next run makes again: an entry carries everything it
-is checked with).
+at its end (`flush`), each merged with what is on disk then; the cache flushes under a lock
+(`Cache.close`), so a run beside this one keeps its entries (where both wrote the same entry,
+the later one stands: either is valid for what it was checked with).
 
 A pack that cannot be read back is empty, and written afresh at the next flush.
 """
@@ -73,3 +73,4 @@ class Packs:
         except (OSError, ValueError, KeyError, TypeError):
             return {}
         return entries if isinstance(entries, dict) else {}
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,27 @@ def test_a_run_writes_the_entries_it_changed_over_what_another_run_wrote_meanwhi
     second.put(model, model.read_bytes(), "k", [], [])
     first.close()
     second.close()
+    assert lookup(train).findings == [FINDING] and lookup(model).findings == []
+
+
+@pytest.mark.skipif(cache_mod.fcntl is None, reason="no flock on this platform")
+def test_a_run_writes_its_packs_only_while_no_other_run_is_writing_its_own(project):
+    """Two runs ending together: each pack is read, merged and written under the cache's lock,
+    so neither drops the entries the other adds to the same pack."""
+    train, model = project / "train.py", project / "model.py"
+    first, second = Cache(project), Cache(project)
+    first.get(train, train.read_bytes(), "k")
+    first.put(train, train.read_bytes(), "k", [FINDING], [])
+    second.put(model, model.read_bytes(), "k", [], [])
+    second.close()  # makes the folder and its lock file
+    with open(first.dir / ".lock", "a") as held:
+        cache_mod.fcntl.flock(held, cache_mod.fcntl.LOCK_EX)  # another run writing
+        closing = threading.Thread(target=first.close)
+        closing.start()
+        closing.join(0.5)
+        waiting = closing.is_alive()
+    closing.join()
+    assert waiting  # it waited for the lock rather than merging with a pack being written
     assert lookup(train).findings == [FINDING] and lookup(model).findings == []
 
 
