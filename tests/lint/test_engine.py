@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loopcheck.lint.api import CodeFilter, lint_paths, lint_source
-from loopcheck.lint.engine import LintError, check_file, check_paths, check_source, discover
+from loopcheck.lint.engine import LintError, check_file, check_files, check_paths, check_source, discover
 
 BUGGY = textwrap.dedent("""
     import torch
@@ -152,13 +152,21 @@ def test_parallel_and_serial_runs_agree(tmp_path: Path) -> None:
     for i in range(10):
         body = BUGGY if i % 2 else BUGGY.replace("loss.backward()\n        optimizer.zero_grad()",
                                                    "optimizer.zero_grad()\n        loss.backward()")
-        write(tmp_path, f"train_{i}.py", body)
+        # each file larger than the one before: the workers take the largest first, the
+        # results still come in the files' order
+        write(tmp_path, f"train_{i}.py", body + "\n# padding" * i + "\n")
+    write(tmp_path, "broken.py", "def broken(:\n")
     serial = check_paths([tmp_path], jobs=1)
     parallel = check_paths([tmp_path], jobs=2)
-    assert serial.findings == parallel.findings
+    assert serial.findings == parallel.findings and serial.errors == parallel.errors
     assert [Path(f.path).name for f in serial.findings] == [f"train_{i}.py" for i in (1, 3, 5, 7, 9)]
+    files = sorted(tmp_path.glob("*.py"))
+    results = check_files(files, jobs=2)
+    assert [r.path for r in results] == [str(f) for f in files]
+    for result in results:  # each with its own errors
+        assert [Path(e.path).name for e in result.errors] == ([Path(result.path).name] if "broken" in result.path else [])
     report = lint_paths(tmp_path, select=["LC102"], jobs=2)
-    assert len(report.findings) == 5 and report.errors == [] and report.files_checked == 10
+    assert len(report.findings) == 5 and len(report.errors) == 1 and report.files_checked == 11
 
 
 def test_paths_reported_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
