@@ -155,8 +155,8 @@ class Cache:
         # -> the entry as read, checked up to those questions (`analysis(answer=False)`)
         self._unsure: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
         self._writable = True
-        self.results = Packs(self.dir / "results", self._write)
-        self.analyses = Packs(self.dir / "analyses", self._write)
+        self.results = Packs(self.dir / "results", self._write, _of_a_file)
+        self.analyses = Packs(self.dir / "analyses", self._write, _of_a_file)
         self.tables = DepTables(self.dir / "tables", self.file_hash, self._write, self._tables_named)
         self.hits = 0
         self.misses = 0
@@ -429,6 +429,12 @@ class Cache:
                 "Signature: 8a477f597d28d172789f06886806bc55\n# loopcheck lint cache: safe to delete\n",
                 encoding="utf-8",
             )
+
+
+def _of_a_file(doc: dict[str, Any]) -> bool:
+    """An entry worth keeping: its file is still there (one deleted or renamed leaves its entry)."""
+    path = doc.get("path") if isinstance(doc, dict) else None
+    return isinstance(path, str) and os.path.isfile(path)
 
 
 class DerivedParts:

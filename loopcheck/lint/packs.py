@@ -10,7 +10,8 @@ at its end (`flush`), each merged with what is on disk then; the cache flushes u
 (`Cache.close`), so a run beside this one keeps its entries (where both wrote the same entry,
 the later one stands: either is valid for what it was checked with).
 
-A pack that cannot be read back is empty, and written afresh at the next flush.
+A pack that cannot be read back is empty, and written afresh at the next flush. When a pack is
+written, the entries `keep` turns down (those of files since deleted) are left out of it.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ class Packs:
     """The entries of one kind (results, analyses) in `folder`: `get` and `put` by name, kept in
     memory until `flush`."""
 
-    def __init__(self, folder: Path, write: Callable[[Path, Any], None]) -> None:
+    def __init__(self, folder: Path, write: Callable[[Path, Any], None],
+                 keep: Callable[[Doc], bool] = lambda doc: True) -> None:
         self.folder = folder
         self._write = write
+        self._keep = keep
         self._packs: dict[str, dict[str, Doc]] = {}  # pack digit -> its entries, as read or since put
         self._changed: dict[str, dict[str, Doc]] = {}  # pack digit -> the entries put in this run
 
@@ -46,7 +49,7 @@ class Packs:
         """Write the packs this run changed, each over what is on disk now."""
         changed, self._changed = self._changed, {}
         for digit, entries in changed.items():
-            merged = {**self._read(digit), **entries}
+            merged = {name: doc for name, doc in {**self._read(digit), **entries}.items() if self._keep(doc)}
             self._packs[digit] = merged
             self._write(self._path(digit), {"entries": merged})
 

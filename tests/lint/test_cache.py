@@ -186,6 +186,24 @@ def test_a_run_writes_its_packs_only_while_no_other_run_is_writing_its_own(proje
     assert lookup(train).findings == [FINDING] and lookup(model).findings == []
 
 
+def test_entries_of_a_deleted_file_leave_each_pack_written_after_it_is_gone(project):
+    gone, train = write(project / "gone.py", "import torch\n"), project / "train.py"
+    keys = [f"k{i}" for i in range(64)]  # entries spread over every pack
+    cache = Cache(project)
+    for key in keys:
+        cache.put(gone, gone.read_bytes(), key, [], [])
+    cache.close()
+    gone.unlink()
+    cache = Cache(project)
+    for key in keys:
+        cache.put(train, train.read_bytes(), key, [], [])
+    cache.close()
+    packs = [json.loads(p.read_text())["entries"] for p in result_packs(project)]
+    paths = [{doc["path"] for doc in pack.values()} for pack in packs]
+    assert all(str(gone.resolve()) not in held for held in paths if str(train.resolve()) in held)
+    assert sum(str(gone.resolve()) in held for held in paths) < len(packs)
+
+
 def test_an_unwritable_cache_is_skipped_silently(project):
     (project / ".loopcheck_cache").write_text("a file where the folder should be")
     cache = Cache(project)
