@@ -53,8 +53,8 @@ except ImportError:  # Windows
 from loopcheck.catalog import catalog
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.dep_tables import DepTables
-from loopcheck.lint.packs import Packs
 from loopcheck.lint.output.report import FileError
+from loopcheck.lint.packs import Packs
 from loopcheck.lint.project import ONE_FILE_QUESTIONS
 from loopcheck.lint.real_paths import RealPaths
 
