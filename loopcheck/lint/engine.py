@@ -772,7 +772,9 @@ def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: 
 
         _import_analysis()  # once here rather than in every worker (they start as copies of this process)
         chunk = max(1, min(8, len(tasks) // (workers * 16)))
-        order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][0]))
+        from loopcheck.lint.project import file_stamp
+
+        order = sorted(range(len(tasks)), key=lambda i: -(file_stamp(tasks[i][0]) or (0,))[0])
         results: list[FileResult | None] = [None] * len(tasks)
         with ProcessPoolExecutor(max_workers=workers, initializer=_worker_setup) as pool:
             for i, result in zip(order, pool.map(_analyse_one, [tasks[i] for i in order], chunksize=chunk)):
@@ -780,13 +782,6 @@ def _analyse_all(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: 
         return results  # type: ignore[return-value]
     with _collector_relaxed():
         return [_analyse_one(task) for task in tasks]
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def _depended_on(path: str, reads: "_Reads", project: Any, real: RealPaths) -> list[str]:

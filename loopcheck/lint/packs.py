@@ -28,8 +28,7 @@ class Packs:
     """The entries of one kind (results, analyses) in `folder`: `get` and `put` by name, kept in
     memory until `flush`."""
 
-    def __init__(self, folder: Path, write: Callable[[Path, Any], None],
-                 keep: Callable[[Doc], bool] = lambda doc: True) -> None:
+    def __init__(self, folder: Path, write: Callable[[Path, Any], None], keep: Callable[[Doc], bool]) -> None:
         self.folder = folder
         self._write = write
         self._keep = keep

@@ -142,10 +142,10 @@ def test_a_corrupt_entry_in_a_pack_is_a_miss_and_leaves_the_others(project, garb
     for path in (train, model):
         cache.put(path, path.read_bytes(), "k", [FINDING], [])
     cache.close()
-    packs = {json.dumps(name): pack for pack in result_packs(project) for name in json.loads(pack.read_text())["entries"]}
+    packs = {name: pack for pack in result_packs(project) for name in json.loads(pack.read_text())["entries"]}
     assert len(packs) == 2
     name = cache._entry_name(train, "k")
-    pack = packs[json.dumps(name)]
+    pack = packs[name]
     doc = json.loads(pack.read_text())
     doc["entries"][name] = garbage
     pack.write_text(json.dumps(doc))
