@@ -820,6 +820,38 @@ def test_subset_gradient_reset_is_marked_and_full_reset_is_not():
     assert [e.detail.get("subset") for e in resets] == [True, False]
 
 
+def test_loop_over_an_empty_wrapper_call_ends():
+    """`paths = list()` (or `zip()`) iterated later: nothing to unwrap, so the question whether
+    it is a loop over parameters ends (it once looped for ever on such a call)."""
+    import signal
+
+    def stuck(*_):
+        raise AssertionError("building the model did not end")
+
+    alarm = hasattr(signal, "SIGALRM")  # (elsewhere a regression hangs instead of failing)
+    previous = signal.signal(signal.SIGALRM, stuck) if alarm else None
+    if alarm:
+        signal.alarm(20)
+    try:
+        m = model_of("""
+            import torch
+            def export(model, loader, names):
+                paths = list()
+                for p in paths:
+                    print(p)
+                for a, b in zip():
+                    pass
+                for i, p in enumerate(list(model.parameters())):
+                    p.grad = None
+        """)
+    finally:
+        if alarm:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+    resets = [e for e in m.events if e.kind is K.ZERO_GRAD]
+    assert [e.target for e in resets] == ["model"]
+
+
 def test_timm_style_loss_scaler_call_is_a_backward_and_a_step():
     m = model_of("""
         import torch

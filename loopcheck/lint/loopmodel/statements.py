@@ -178,11 +178,8 @@ class BuilderStatements:
     def _param_loop_owner(self, iter_node: cst.BaseExpression, frame: _Frame, depth: int = 0) -> tuple[bool, str | None]:
         """Is this a loop over parameters (p.grad = None idioms)? And whose parameters?"""
         node = iter_node
-        while type(node) is cst.Call and _dotted(node.func) in ("zip", "enumerate", "list", "filter", "tqdm"):
-            node = node.args[-1].value if node.args else node
-            if type(node) is cst.Call and _dotted(node.func) in ("zip", "enumerate", "list", "filter", "tqdm"):
-                continue
-            break
+        while type(node) is cst.Call and node.args and _dotted(node.func) in _ITER_WRAPPERS:
+            node = node.args[-1].value  # (`list()`, with nothing to unwrap, ends it)
         if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in _PARAM_METHODS:
             return True, self.target(node.func.value, frame)
         if type(node) is cst.Attribute and node.attr.value == "param_groups":
@@ -530,6 +527,8 @@ def _string_value(node: cst.BaseExpression, frame: _Frame, builder) -> str | Non
 
 
 # tests that keep every parameter with a gradient (`if p.grad is not None:`) select no subset
+# calls that iterate their last argument: `for i, p in enumerate(model.parameters())`
+_ITER_WRAPPERS = frozenset({"zip", "enumerate", "list", "filter", "tqdm"})
 _EVERY_PARAMETER = re.compile(r"^\s*(not\s+)?\(?\s*[\w.]+\.grad\s+is\s+(not\s+)?None\s*\)?\s*$|^\s*[\w.]+\.requires_grad\s*$")
 
 
