@@ -614,6 +614,8 @@ class Flow:
             if not func.params.params or func.params.params[0].name.value != "self":
                 return []
             offset = 1
+            if param < offset:
+                return []  # `self` itself (`DataLoader(self, ...)` in a dataset's method): no call site passes it
         fname = func.name.value
         out = []
         if cls is not None and fname == "__init__":

@@ -503,6 +503,109 @@ def test_dataset_that_draws_its_own_random_sample_needs_no_shuffle():
     """)
 
 
+def test_loader_over_the_dataset_itself_inside_its_method():
+    """A sampler that is its own dataset counts node statistics with `DataLoader(self, ...)`:
+    `self` is no parameter a caller passes (asking for it once crashed the rule)."""
+    check("""
+        class SubgraphSampler(DataLoader):
+            def __init__(self, data, batch_size, sample_coverage):
+                self.data, self.sample_coverage = data, sample_coverage
+                super().__init__(self, batch_size=1)
+                self.node_norm = self._compute_norm() if sample_coverage > 0 else None
+
+            def __getitem__(self, index):
+                return torch.randint(0, self.data.size(0), (64,))
+
+            def __len__(self):
+                return 1000
+
+            def _compute_norm(self):
+                counts = torch.zeros(self.data.size(0))
+                loader = DataLoader(self, batch_size=200, num_workers=0)
+                for nodes in loader:
+                    counts[nodes] += 1
+                return counts.clamp_(min=1)
+
+        def main(model, data, epochs):
+            opt = torch.optim.Adam(model.parameters())
+            loader = SubgraphSampler(data, batch_size=6000, sample_coverage=100)
+            for epoch in range(epochs):
+                for batch in loader:
+                    opt.zero_grad()
+                    model(batch).mean().backward()
+                    opt.step()
+    """)
+
+
+def test_another_functions_local_loader_is_not_the_one_trained_on():
+    """Two functions, each with a local `loader`: the feature export's plain DataLoader is not the
+    loader `train` gets from a factory the model cannot see."""
+    check("""
+        def export_features(model, dataset):
+            loader = DataLoader(dataset, batch_size=256)
+            with torch.no_grad():
+                return [model(x) for x in loader]
+
+        def train(model, dataset, make_loader, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = make_loader(dataset)
+            for epoch in range(epochs):
+                for x in loader:
+                    opt.zero_grad()
+                    model(x).sum().backward()
+                    opt.step()
+    """)
+
+
+def test_global_loader_is_not_a_local_of_its_constructor(tmp_path):
+    """A module-level `loader = Sampler(...)` of a project class whose constructor counts node
+    statistics through a local `loader = DataLoader(self, ...)`: the loop over the global iterates
+    the sampler (which draws its own random subgraphs), not that local."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'graphs'\n")
+    (tmp_path / "samplers.py").write_text(textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader
+
+        class RandomWalkSampler(DataLoader):
+            def __init__(self, data, batch_size, coverage=0):
+                self.data = data
+                super().__init__(self, batch_size=1)
+                self.norm = self._count() if coverage else None
+
+            def __getitem__(self, index):
+                return torch.randint(0, self.data.size(0), (64,))
+
+            def __len__(self):
+                return 1000
+
+            def _count(self):
+                counts = torch.zeros(self.data.size(0))
+                loader = DataLoader(self, batch_size=200)
+                for nodes in loader:
+                    counts[nodes] += 1
+                return counts
+    """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import torch
+        from samplers import RandomWalkSampler
+
+        data = torch.randn(1000, 16)
+        model = torch.nn.Linear(16, 2)
+        opt = torch.optim.Adam(model.parameters())
+        loader = RandomWalkSampler(data, batch_size=6000, coverage=100)
+
+        def train():
+            for batch in loader:
+                opt.zero_grad()
+                model(data[batch]).sum().backward()
+                opt.step()
+
+        for epoch in range(10):
+            train()
+    """))
+    assert found_in_project(tmp_path / "train.py") == set()
+
+
 def test_dataset_that_shuffles_its_own_items():
     check("""
         def main(model, Clips, files, epochs):

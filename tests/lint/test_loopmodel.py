@@ -852,6 +852,27 @@ def test_loop_over_an_empty_wrapper_call_ends():
     assert [e.target for e in resets] == ["model"]
 
 
+def test_two_functions_with_their_own_local_model_are_two_objects():
+    m = model_of("""
+        import torch
+        def export(path):
+            model = torch.nn.Linear(2, 2)
+            torch.save(model.state_dict(), path)
+
+        def train(loader, restore):
+            model = restore()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+    """)
+    forward = next(e for e in only_loop(m, LoopKind.BATCH).events if e.kind is K.FORWARD)
+    assert m.bindings["model"].qualified == "torch.nn.Linear"
+    own = m.bindings.get(forward.target)
+    assert forward.target != "model" and (own is None or own.qualified is None)  # not export's Linear
+
+
 def test_timm_style_loss_scaler_call_is_a_backward_and_a_step():
     m = model_of("""
         import torch

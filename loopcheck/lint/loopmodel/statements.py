@@ -470,6 +470,8 @@ class BuilderStatements:
                     self.iter_of[tc] = self.iter_of[val.canon]
             return
         if name is not None:
+            if val.canon is None and built is None and name not in frame.env:  # a new local, not a parameter
+                tc = self._claim(tc, frame)
             frame.env[name] = tc
         if val.dict is not None:
             self.dicts[tc] = val.dict.copy()
@@ -496,6 +498,25 @@ class BuilderStatements:
         if tc.startswith("self.") and frame.cls is not None:
             return frame.cls.name
         return frame.name if frame.depth or frame.name != "<module>" else "<module>"
+
+    def _claim(self, tc: str, frame: _Frame) -> str:
+        """The name for a plain name this scope assigns an object the model does not know
+        (`loader = make_loader(ds)`): the bare name is this scope's unless another function bound
+        an object to it first (two functions, each with its own local `loader`). In a function
+        this one is then `tc@function`; at module level, where every function reads the global,
+        the other function's object gives the name up. A scope that claims the bare name first
+        keeps it: an object bound to it later elsewhere takes `tc@function` (see `_scoped`)."""
+        scope = self._scope(tc, frame)
+        other = self.binding_scope.get(tc)
+        if other == scope:
+            return tc
+        if other is not None and scope != "<module>":
+            return f"{tc}@{scope.replace('.', ':')}"
+        if other is not None:
+            for table in (self.bindings, self.assigned, self.dicts, self.divided, self.instances, self.iter_of):
+                table.pop(tc, None)
+        self.binding_scope[tc] = scope
+        return tc
 
     def _scoped(self, tc: str, frame: _Frame) -> str:
         """The canonical name for a new object bound to `tc` here: `tc`, unless another scope

@@ -108,7 +108,11 @@ def _loader(ctx: FileContext, flow: Flow, loop: Loop) -> _Loader | None:
         return _Loader(name, index, binding.call) if index is not None else None
     if id(loop.node) not in flow.main.order:
         return None
-    obj = flow.obj(flow.main, cst.parse_expression(name), loop.node)
+    try:  # the name as written at the loop (`loader@train` is the `loader` of `train`)
+        expr = cst.parse_expression(shown(name))
+    except cst.ParserSyntaxError:
+        return None
+    obj = flow.obj(flow.main, expr, loop.node)
     if obj is None or obj.kind != "call" or obj.name.rpartition(".")[2] != "DataLoader":
         return None
     return _Loader(name, obj.where.index, obj.where.node)  # type: ignore[arg-type]
