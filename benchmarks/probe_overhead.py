@@ -32,6 +32,7 @@ design costs beyond its necessary work.
 `--alternate` measures something narrower and steadier: inside one probe and one process per
 model, steps alternate between the probe looking and not (ABBA), each timed by the thread's CPU
 clock, and the difference of the two medians is the probe's cost per step in microseconds.
+It takes `--detectors` and `--option` too: what one part of the probe costs, measured this way.
 
 `--against REF` compares two versions of the probe side by side, which a shared machine
 disturbs far less than two runs do: the probe package as committed at git revision REF is loaded
@@ -242,7 +243,8 @@ def alternate(args: argparse.Namespace) -> dict:
         shape.step(k)
     looking: list[float] = []
     not_looking: list[float] = []
-    with loopcheck.probe(shape.models, shape.optimizers, scheduler=shape.scheduler, summary=False) as probe:
+    with loopcheck.probe(shape.models, shape.optimizers, scheduler=shape.scheduler,
+                         **{"summary": False, **probe_settings(args)}) as probe:
         for k in range(args.settle * 4, args.settle * 4 + 2 * args.blocks * args.steps):
             live = k % 4 in (0, 3)
             probe.live = live
@@ -475,7 +477,7 @@ def main() -> None:
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's malloc thresholds at their (adaptive) defaults")
     parser.add_argument("--detectors", metavar="NAMES",
-                        help="the blocks' probe runs only these detectors (comma-separated class names, e.g. "
+                        help="the probe of the blocks (or of --alternate) runs only these detectors (comma-separated class names, e.g. "
                              "NonFiniteDetector; 'none': hooks and bookkeeping only); the verdict is then not "
                              "the target's")
     parser.add_argument("--option", metavar="KEY=VALUE", action="append", default=[],
@@ -499,8 +501,10 @@ def main() -> None:
     if args.quick:
         args.blocks, args.processes = 6, 1
     check_settings(parser, args)
-    if (args.detectors is not None or args.option or args.floor) and (args.inside or args.against or args.alternate):
-        parser.error("--detectors, --option and --floor apply to the block measurement only")
+    if (args.detectors is not None or args.option or args.floor) and (args.inside or args.against):
+        parser.error("--detectors, --option and --floor apply to the block and --alternate measurements only")
+    if args.floor and args.alternate:
+        parser.error("--floor applies to the block measurement only")
     for name in ("blocks", "processes", "steps", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
@@ -528,8 +532,9 @@ def main() -> None:
                   f"difference {(this - that) * 1e6:+6.0f} us", flush=True)
         return
     if args.alternate:
+        settings = "" if args.detectors is None and not args.option else "; not the default configuration"
         print(f"per-step cost, steps alternating inside one probe ({args.blocks * args.steps} of each per model, "
-              f"thread CPU time, medians)")
+              f"thread CPU time, medians{settings})")
         for model in models:
             result = run_worker(args, model, "--alternate")
             cost = result["on"] - result["off"]

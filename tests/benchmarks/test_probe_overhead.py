@@ -131,7 +131,7 @@ def test_the_probe_settings_given_reach_the_probe_as_it_takes_them(monkeypatch):
     (["--option", "localize=maybe"], "localize must be True or False"),
     (["--option", "no_such_option=1"], "unknown probe option(s): no_such_option"),
     (["--option", "localize"], "give KEY=VALUE"),
-    (["--inside", "--detectors", "none"], "block measurement only"),
+    (["--inside", "--detectors", "none"], "block and --alternate measurements only"),
     (["--alternate", "--floor"], "block measurement only"),
 ])
 def test_bad_detectors_or_options_are_refused_before_anything_runs(flags, said):
