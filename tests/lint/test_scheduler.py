@@ -454,6 +454,59 @@ def test_stepped_twice_in_one_iteration_through_a_helper():
     """))
 
 
+def test_optimizer_and_scheduler_stepped_twice_in_one_iteration_is_one_step_each():
+    """A checkpoint round-trip test: a step, a save and a load, another step; the schedule
+    follows the optimizer step for step."""
+    check(script("""
+        def test_save_and_resume(model, data, tmp_dir, configs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            schedulers = [torch.optim.lr_scheduler.StepLR(opt, step_size=1)]
+            for config in configs:
+                model(data).sum().backward()
+                opt.step()
+                [scheduler.step() for scheduler in schedulers]
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, tmp_dir / config)
+                model.load_state_dict(torch.load(tmp_dir / config)["model"])
+                model(data).sum().backward()
+                opt.step()
+                [scheduler.step() for scheduler in schedulers]
+    """))
+
+
+def test_two_scheduler_steps_with_the_optimizer_stepped_through_an_unknown_wrapper():
+    """The optimizer steps through a framework's wrapper the model does not know: whether it
+    steps between the two scheduler steps is not seen, so no error."""
+    check(script("""
+        def run(strategy, model, data, tmp_dir, configs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.LinearLR(opt)
+            wrapped = strategy.build_wrapper(opt)
+            for config in configs:
+                model(data).sum().backward()
+                wrapped.step()
+                sched.step()
+                strategy.save_checkpoint(tmp_dir / config)
+                model(data).sum().backward()
+                wrapped.step()
+                sched.step()
+    """))
+
+
+def test_a_diffusion_samplers_step_is_not_a_learning_rate_step():
+    """`scheduler.step(model_output, timestep, sample)` of a noise scheduler, twice per loop of a
+    sampling test or a predictor-corrector pipeline: no learning rate moves."""
+    check(script("""
+        def check_two_steps(scheduler_class, config, unet, sample):
+            scheduler = scheduler_class(**config)
+            scheduler.set_timesteps(10)
+            for t in scheduler.timesteps:
+                residual = unet(sample, t)
+                first = scheduler.step(residual, t, sample).prev_sample
+                second = scheduler.step(residual, t, first, return_dict=False)[0]
+                sample = second
+    """))
+
+
 def test_steps_on_two_branches_are_one_step():
     check(script("""
         def train(model, loader, epochs, warmup_epochs=5):

@@ -18,7 +18,7 @@ from loopcheck.lint.loopmodel.facts import (
     SchedulerCadence,
 )
 from loopcheck.lint.loopmodel.nodes import _split_of
-from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, _NAME_ROLES
+from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, _NAME_ROLES, is_lr_step_call
 from loopcheck.lint.loopmodel.traces import _expand, feasible
 from loopcheck.lint.syntax import walk_pruned
 
@@ -112,7 +112,7 @@ class BuilderResolution:
                 ev.kind = EventKind.STEP
                 closure = bool(ev.detail.get("closure"))
                 ev.detail = {"closure": closure, "closure_events": closure_events if closure else [], "fn": ev.detail.get("fn")}
-            elif role is Role.SCHEDULER:
+            elif role is Role.SCHEDULER and is_lr_step_call(ev.detail.get("args", [])):
                 ev.kind = EventKind.SCHED_STEP
                 ev.detail = {"args": ev.detail.get("args", []), "metric": ev.detail.get("metric", False), "fn": ev.detail.get("fn")}
             elif role is Role.SCALER:

@@ -28,6 +28,20 @@ SCHEDULER_CLASSES = frozenset(
         "CosineLRScheduler", "StepLRScheduler", "PlateauLRScheduler", "WarmupCosineSchedule",
     }
 )
+
+
+def is_lr_step_call(args: list) -> bool:
+    """Whether a `step(...)` call's arguments are those of a learning-rate scheduler: torch's take
+    `step()`, `step(epoch)` or ReduceLROnPlateau's `step(metrics, epoch)`, timm's `step(epoch,
+    metric=...)`. A `step` with more positional arguments or other keywords belongs to another
+    kind of scheduler (a diffusion sampler's `step(model_output, timestep, sample)`)."""
+    positional = [a for a in args if a.keyword is None and not a.star]
+    keywords = {a.keyword.value for a in args if a.keyword is not None}
+    return len(positional) <= 2 and keywords <= _LR_STEP_KEYWORDS
+
+
+_LR_STEP_KEYWORDS = frozenset({"epoch", "metrics", "metric"})
+
 EMA_CLASSES = frozenset(
     {"AveragedModel", "ModelEma", "ModelEmaV2", "ModelEmaV3", "ExponentialMovingAverage", "EMA", "EMAModel"}
 )
