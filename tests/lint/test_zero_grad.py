@@ -170,6 +170,24 @@ def test_accumulated_loss_not_divided(guard: str) -> None:
 # ---- correct look-alikes ------------------------------------------------------------------
 
 
+def test_optimizer_built_in_each_iteration_over_a_fresh_copy_needs_no_reset() -> None:
+    """A guidance loop optimises a fresh leaf copy of the latents at every timestep with a new
+    optimizer: nothing carries over from one iteration to the next."""
+    assert lc1("""
+        import torch
+        def guide(unet, latents, timesteps, scale):
+            for t in timesteps:
+                x = latents.detach().clone()
+                x.requires_grad = True
+                opt = torch.optim.SGD([x], lr=scale)
+                with torch.enable_grad():
+                    unet(x, t).pow(2).mean().backward()
+                    opt.step()
+                latents = x.detach()
+            return latents
+    """) == []
+
+
 @pytest.mark.parametrize("division", [
     ["loss = model(x, y) / accum", "loss.backward()"],
     ["loss = model(x, y)", "loss = loss / accum", "loss.backward()"],

@@ -23,6 +23,7 @@ from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, ModuleMod
 from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._display import at, shown
 from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.syntax import walk
 from loopcheck.lint.values import dotted
 
 _STEPS = (EventKind.STEP, EventKind.SCALER_STEP)
@@ -104,6 +105,14 @@ class _LoopView:
         if self.model.role(target) is Role.OPTIMIZER:
             return False
         return self.single or not definite
+
+    def built_inside(self, opt: str) -> bool:
+        """The optimizer is built anew in each iteration of this loop (a guidance loop that
+        optimises a fresh copy of its latents every step): whether gradients carry over depends on
+        whether its parameters are fresh too, which the model does not follow."""
+        binding = self.model.bindings.get(opt)
+        call, node = (binding.call, self.loop.node) if binding is not None else (None, None)
+        return call is not None and node is not None and any(n is call for n, _ in walk(node))
 
     def escaped(self, opt: str) -> bool:
         names = {opt} | set(_params_of(self.model, opt))
@@ -291,7 +300,7 @@ class ZeroGradMissing(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for view in _views(ctx):
             for opt, steps in view.steps.items():
-                if opt in view.closure_steps or view.escaped(opt):
+                if opt in view.closure_steps or view.escaped(opt) or view.built_inside(opt):
                     continue
                 if any(view.covers(e, opt, definite=False) for e in view.all_events):
                     continue
