@@ -547,9 +547,9 @@ def _string_value(node: cst.BaseExpression, frame: _Frame, builder) -> str | Non
     return None
 
 
-# tests that keep every parameter with a gradient (`if p.grad is not None:`) select no subset
 # calls that iterate their last argument: `for i, p in enumerate(model.parameters())`
 _ITER_WRAPPERS = frozenset({"zip", "enumerate", "list", "filter", "tqdm"})
+# tests that keep every parameter with a gradient (`if p.grad is not None:`) select no subset
 _EVERY_PARAMETER = re.compile(r"^\s*(not\s+)?\(?\s*[\w.]+\.grad\s+is\s+(not\s+)?None\s*\)?\s*$|^\s*[\w.]+\.requires_grad\s*$")
 
 
