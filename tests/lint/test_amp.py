@@ -556,3 +556,41 @@ def test_scaler_handed_to_an_unknown_helper_is_left_alone():
             finish_step(scaler)
     """
     assert lc4(src) == []
+
+
+def test_a_stand_in_scaler_in_the_other_branch_keeps_the_real_ones_steps():
+    """Without mixed precision the loop gets a do-nothing scaler of the project's own; with it, a
+    GradScaler. The unscale before clipping is the GradScaler's, and so is the step."""
+    src = """
+    import torch
+
+    class NoOpScaler:
+        def scale(self, loss):
+            return loss
+
+        def unscale_(self, optimizer):
+            pass
+
+        def step(self, optimizer):
+            optimizer.step()
+
+        def update(self):
+            pass
+
+    def train(model, loader, optimizer, use_amp, clip):
+        if use_amp:
+            scaler = torch.amp.GradScaler("cuda")
+        else:
+            scaler = NoOpScaler()
+        for batch in loader:
+            optimizer.zero_grad()
+            with torch.autocast("cuda", enabled=use_amp):
+                loss = model(**batch).loss
+            scaler.scale(loss).backward()
+            if clip:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            scaler.step(optimizer)
+            scaler.update()
+    """
+    assert lc4(src) == []

@@ -24,6 +24,7 @@ from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOS
 from loopcheck.lint.loopmodel.units import _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 from loopcheck.lint.positions import node_code
+from loopcheck.lint.syntax import walk
 
 
 class BuilderStatements:
@@ -491,13 +492,24 @@ class BuilderStatements:
                     if loader:
                         self.iter_of[tc] = loader
                 cls = self._project_class(value.func, frame)
-                if cls is not None and cls.kind() is None:
+                if cls is not None and cls.kind() is None and not self._bound_before(tc, value, frame):
                     self.instances[tc] = cls
 
     def _scope(self, tc: str, frame: _Frame) -> str:
         if tc.startswith("self.") and frame.cls is not None:
             return frame.cls.name
         return frame.name if frame.depth or frame.name != "<module>" else "<module>"
+
+    def _bound_before(self, tc: str, value: cst.Call, frame: _Frame) -> bool:
+        """This scope bound a library object to `tc` in another assignment (the other branch of an
+        `if`: `scaler = GradScaler()` ... `else: scaler = NoOpScaler()`): the project class
+        assigned now is a stand-in, and following its methods would hide the library object's
+        events. (A project wrapper around the library object it is handed, `WarmupOptimizer(...,
+        Adam(...))`, is bound by this very assignment: its methods are followed.)"""
+        found = self.bindings.get(tc)
+        if found is None or found.call is None or self.binding_scope.get(tc) != self._scope(tc, frame):
+            return False
+        return not any(node is found.call for node, _ in walk(value))
 
     def _claim(self, tc: str, frame: _Frame) -> str:
         """The name for a plain name this scope assigns an object the model does not know
