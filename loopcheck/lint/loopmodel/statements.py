@@ -523,7 +523,7 @@ class BuilderStatements:
         if other == scope:
             return tc
         if other is not None and scope != "<module>":
-            return f"{tc}@{scope.replace('.', ':')}"
+            return _in_scope(tc, scope)
         if other is not None:
             for table in (self.bindings, self.assigned, self.dicts, self.divided, self.instances, self.iter_of):
                 table.pop(tc, None)
@@ -538,7 +538,7 @@ class BuilderStatements:
         scope = self._scope(tc, frame)
         if existing is None or existing == scope or "." in tc and not tc.startswith("self."):
             return tc
-        return f"{tc}@{scope.replace('.', ':')}"  # no dot in the suffix: messages drop it (rules._display.user_names)
+        return _in_scope(tc, scope)
 
     def _grad_owner(self, node: cst.BaseExpression, frame: _Frame) -> str | None:
         name = self.canon(node, frame)
@@ -547,6 +547,12 @@ class BuilderStatements:
         if name in self.param_owner:
             return self.param_owner[name]
         return name.split(".")[0] if "." in name else None
+
+
+def _in_scope(name: str, scope: str) -> str:
+    """`name` of `scope`'s own object: `loader@train` (no dot in the suffix: messages drop it,
+    see `rules._display.user_names`)."""
+    return f"{name}@{scope.replace('.', ':')}"
 
 
 def _string_value(node: cst.BaseExpression, frame: _Frame, builder) -> str | None:

@@ -30,6 +30,9 @@ SCHEDULER_CLASSES = frozenset(
 )
 
 
+_LR_STEP_KEYWORDS = frozenset({"epoch", "metrics", "metric"})
+
+
 def is_lr_step_call(args: list) -> bool:
     """Whether a `step(...)` call's arguments are those of a learning-rate scheduler: torch's take
     `step()`, `step(epoch)` or ReduceLROnPlateau's `step(metrics, epoch)`, timm's `step(epoch,
@@ -39,8 +42,6 @@ def is_lr_step_call(args: list) -> bool:
     keywords = {a.keyword.value for a in args if a.keyword is not None}
     return len(positional) <= 2 and keywords <= _LR_STEP_KEYWORDS
 
-
-_LR_STEP_KEYWORDS = frozenset({"epoch", "metrics", "metric"})
 
 EMA_CLASSES = frozenset(
     {"AveragedModel", "ModelEma", "ModelEmaV2", "ModelEmaV3", "ExponentialMovingAverage", "EMA", "EMAModel"}

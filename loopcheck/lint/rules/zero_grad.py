@@ -300,10 +300,10 @@ class ZeroGradMissing(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for view in _views(ctx):
             for opt, steps in view.steps.items():
-                if opt in view.closure_steps or view.escaped(opt) or view.built_inside(opt):
+                if opt in view.closure_steps or view.escaped(opt):
                     continue
-                if any(view.covers(e, opt, definite=False) for e in view.all_events):
-                    continue
+                if any(view.covers(e, opt, definite=False) for e in view.all_events) or view.built_inside(opt):
+                    continue  # (the walk of the loop last: only for a step with no reset)
                 step = steps[0]
                 yield self.finding(
                     ctx, step,
