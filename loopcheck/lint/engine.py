@@ -401,6 +401,21 @@ def _scoped(findings: Iterable[Finding], path: str) -> list[Finding]:
     return [f for f in findings if not f.path or f.path == path or os.path.abspath(f.path) == here]
 
 
+def reports_into(analysed: str, located: str) -> bool:
+    """Whether a finding the model of `analysed` makes in the file `located` is reported there. A
+    test module's are not, outside the tests: it runs the project's code with toy arguments
+    (defaults, a wrong type inside `pytest.raises`, a mock), and what that code does with them
+    is no defect of it; the code's own callers and its own entry points speak for it."""
+    return not _is_test_module(analysed) or _is_test_module(located)
+
+
+def _is_test_module(path: str) -> bool:
+    parts = Path(path).parts
+    name = parts[-1] if parts else ""
+    return (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+            or any(part in ("tests", "test") for part in parts[:-1]))
+
+
 def _from_dependents(path: str, enabled: Callable[[str], bool], project: Any) -> list[Finding]:
     """Findings located in `path` that the models of the project files importing it make: the
     training step lives here, the scheduler and the epoch loop in the caller's file. Each such
@@ -408,6 +423,8 @@ def _from_dependents(path: str, enabled: Callable[[str], bool], project: Any) ->
     key = _codes_key(enabled)
     found: list[Finding] = []
     for dependent in project.dependents(Path(path)):
+        if not reports_into(dependent, path):
+            continue
         kept = project.findings_of(dependent, key)
         findings = kept[0] if kept is not None else _analyse_file(dependent, enabled, project)
         found.extend(f.with_(path=path) for f in _scoped(findings, path))
@@ -691,6 +708,8 @@ def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | N
         own = real(analysis.path)
         for f in analysis.findings:
             where = real(f.path or analysis.path)
+            if where != own and not reports_into(own, where):
+                continue
             located.setdefault(where, []).append(f)
             if reported_into is not None and where != own and where not in listed:
                 reported_into.setdefault(where, set()).add(own)

@@ -515,6 +515,8 @@ class Flow:
             last = (qualified or "").rpartition(".")[2]
             if loss is None and (last.endswith("_loss") or last == "kl_div") and is_torch(qualified or ""):
                 loss = "other"
+            if loss is not None and last == qualified and self.definition(index, expr) is not None:
+                loss = None  # `eval_loss(model, loader)` defined here: not torch's, whatever its name
             if loss is not None:
                 return Obj("loss", Where(index, expr), name=qualified or "", loss=loss)
             act = torch_name(qualified, ACTIVATION_FUNCS)

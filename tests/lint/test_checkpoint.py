@@ -266,6 +266,39 @@ def test_only_save_of_a_script_that_resumes_is_a_training_checkpoint():
     assert lc5(src, info=False) == [(14, "LC501"), (14, "LC504")]
 
 
+EXPORT_THEN_EVALUATE = """
+import torch
+
+def evaluate(model_path, make_model, episodes=10):
+    policy = make_model()
+    policy.load_state_dict(torch.load(model_path, weights_only=True))
+    policy.eval()
+    return [policy(torch.zeros(1, 4)).sum() for _ in range(episodes)]
+
+def main(q_net, make_model, batches, optimizer, save_model=True):
+    for batch in batches:
+        loss = q_net(batch).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    if save_model:
+        model_path = "runs/q_net.pt"
+        torch.save(q_net.state_dict(), model_path)
+        returns = evaluate(model_path, make_model)
+"""
+
+
+def test_weights_read_back_by_an_evaluation_helper_after_training_are_not_a_resume():
+    # the helper loads the file the script just wrote, into a fresh network, to score it
+    assert lc5(EXPORT_THEN_EVALUATE) == []
+    # the same file loaded into the trained network before the loop is a resume
+    resumed = EXPORT_THEN_EVALUATE.replace(
+        "    for batch in batches:",
+        "    model_path = \"runs/q_net.pt\"\n    q_net.load_state_dict(torch.load(model_path))\n    for batch in batches:")
+    assert "q_net.load_state_dict" in resumed
+    assert (19, "LC501") in lc5(resumed, info=False)
+
+
 def test_weights_only_save_without_resume_is_not_checked():
     src = """
     import torch

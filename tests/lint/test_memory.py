@@ -291,6 +291,40 @@ def test_epoch_level_list_of_last_losses():
     """)
 
 
+def test_a_few_losses_kept_by_a_short_fixed_loop_are_bounded():
+    # a test's five-step mini run keeps five graphs to compare the first loss with the last: the
+    # memory is bounded and freed when the function returns; the same list under an epoch loop grows
+    check("""
+        def test_training_moves_the_loss(model, inputs, labels):
+            optim = torch.optim.SGD(model.parameters(), lr=1.0)
+            losses = []
+            for _ in range(5):
+                optim.zero_grad()
+                loss = F.cross_entropy(model(inputs), labels)
+                loss.backward()
+                optim.step()
+                losses.append(loss)
+            assert not torch.isclose(losses[0], losses[-1])
+
+        def fit(model, inputs, labels, epochs):
+            optim = torch.optim.SGD(model.parameters(), lr=1.0)
+            losses = []
+            for epoch in range(epochs):
+                for _ in range(5):
+                    optim.zero_grad()
+                    loss = F.cross_entropy(model(inputs), labels)
+                    loss.backward()
+                    optim.step()
+                    losses.append(loss)  # expect: LC601
+            for step in range(100000):
+                optim.zero_grad()
+                loss = F.cross_entropy(model(inputs), labels)
+                loss.backward()
+                optim.step()
+                losses.append(loss)  # expect: LC601
+    """)
+
+
 def test_loss_returned_by_a_helper_that_back_propagates_it():
     check("""
         class Trainer:
@@ -319,6 +353,41 @@ def test_loss_returned_by_a_helper_that_back_propagates_it():
                     self.losses.append(self.step(x, y))  # expect: LC601
                 for x, y in loader:
                     self.numbers.append(self.step_item(x, y))
+    """)
+
+
+def test_a_helper_named_like_a_loss_that_returns_a_number_is_not_a_loss():
+    # `eval_loss` sums `.item()` values and `loss_value` returns one: the list holds floats
+    check("""
+        def train(model, optimizer, loader):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = F.nll_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+
+        def eval_loss(model, loader):
+            model.eval()
+            total = 0
+            for x, y in loader:
+                with torch.no_grad():
+                    out = model(x)
+                total += F.nll_loss(out, y, reduction="sum").item()
+            return total / len(loader.dataset)
+
+        def loss_value(pred, y):
+            return F.nll_loss(pred, y).item()
+
+        def run(model, optimizer, train_loader, val_loader, epochs):
+            val_losses, kept = [], []
+            for epoch in range(epochs):
+                train(model, optimizer, train_loader)
+                val_losses.append(eval_loss(model, val_loader))
+                x, y = next(iter(train_loader))
+                val_losses.append(loss_value(model(x), y))
+                kept.append(F.nll_loss(model(x), y))  # expect: LC601
+            return torch.tensor(val_losses)
     """)
 
 

@@ -347,3 +347,75 @@ def test_a_partial_or_a_lambda_runs_what_it_wraps() -> None:
                 step(x)
                 scheduler.step()""")
     assert found(per_step, "LC202") == set()
+
+
+STRATEGY_SAVE = textwrap.dedent("""
+    import torch
+
+    def write_checkpoint(state, path):
+        torch.save(state, path)
+
+    class Strategy:
+        def __init__(self, model, optimizer):
+            self.model, self.optimizer = model, optimizer
+
+        def save(self, path, extra=None):
+            state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+            if extra is None:
+                extra = dict()
+            extra["seed"] = 0
+            state.update(extra)
+            write_checkpoint(state, path)
+
+    def fit(model, loader, epochs):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        strategy = Strategy(model, optimizer)
+        for epoch in range(epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+            strategy.save("last.pt", extra={"meta": {"epoch": epoch}})
+""")
+
+
+def test_a_dict_assigned_in_one_branch_over_an_argument_holds_what_the_caller_passed() -> None:
+    # `if extra is None: extra = dict()`: which dict reaches the save depends on the caller: not
+    # known where `save` is walked on its own; the caller's keys where `fit` calls it
+    def keys(source: str) -> list:
+        return [e.detail["keys"] for e in model_of(source).events if e.kind is EventKind.SAVE]
+    assert keys(STRATEGY_SAVE.split("def fit")[0]) == [None]
+    assert keys(STRATEGY_SAVE) == [frozenset({"model", "optimizer", "meta", "seed"})]
+    assert found(STRATEGY_SAVE, "LC504") == set()
+
+
+def test_a_dict_first_bound_inside_a_branch_keeps_its_keys() -> None:
+    fresh = STRATEGY_SAVE.replace("if extra is None:", "if path:")
+    fresh = fresh.replace("def save(self, path, extra=None):", "def save(self, path):").replace(', extra={"meta": {"epoch": epoch}}', "")
+    assert "if path:" in fresh and "extra=" not in fresh
+    saves = [e for e in model_of(fresh).events if e.kind is EventKind.SAVE]
+    assert saves and all(e.detail["keys"] == frozenset({"model", "optimizer", "seed"}) for e in saves)
+
+
+WRONG_CALL = textwrap.dedent("""
+    import pytest
+    import torch
+
+    def write_checkpoint(state, path):
+        torch.save(state, path)
+
+    def test_rejects_a_meta_argument(tmp_path):
+        model = torch.nn.Linear(2, 2)
+        with pytest.raises(TypeError):
+            write_checkpoint(model, tmp_path / "x.pt", meta="no such parameter")
+        write_checkpoint(model.state_dict(), tmp_path / "y.pt")
+""")
+
+
+def test_a_call_its_function_cannot_take_is_not_followed() -> None:
+    # an unknown keyword (or one positional too many) raises TypeError before the body runs
+    saves = [e for e in model_of(WRONG_CALL).events if e.kind is EventKind.SAVE]
+    assert [e.detail["obj_text"] for e in saves] == ["state"]
+    assert found(WRONG_CALL, "LC509") == set()
+    too_many = WRONG_CALL.replace('tmp_path / "x.pt", meta="no such parameter"', 'tmp_path / "x.pt", 3')
+    assert found(too_many, "LC509") == set()

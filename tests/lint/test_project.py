@@ -183,6 +183,36 @@ def test_a_finding_that_needs_the_callers_facts_is_found_in_the_callee_linted_al
     assert not [f for f in caller.findings if f.code == "LC202"], "reported in the file where the defect is"
 
 
+def test_a_test_module_reports_nothing_into_the_code_it_tests(tmp_path: Path) -> None:
+    # the test trains with the project's loop on a toy schedule; what the loop does with it is the
+    # test's choice, not a defect of `engine.py` (a real caller would still report into it)
+    write(tmp_path / "setup.py", "")
+    engine_py = write(tmp_path / "engine.py", """
+        def fit(model, loader, optimizer, scheduler, criterion, epochs):
+            for epoch in range(epochs):
+                model.train()
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    criterion(model(x), y).backward()
+                    optimizer.step()
+                scheduler.step()
+    """)
+    test_py = write(tmp_path / "tests" / "test_engine.py", """
+        import torch
+        from engine import fit
+
+        def test_fit_runs(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=2 * len(loader))
+            fit(model, loader, optimizer, scheduler, torch.nn.CrossEntropyLoss(), 2)
+    """)
+    assert not [f for f in engine.check_file(engine_py).findings if f.code == "LC202"]
+    engine._PROJECTS.clear()
+    together = engine.check_files([engine_py, test_py], jobs=1)
+    assert not [f for r in together for f in r.findings if f.code == "LC202"]
+    assert engine.reports_into(str(test_py), str(tmp_path / "tests" / "helpers.py"))
+
+
 def test_the_root_is_the_nearest_folder_with_a_project_marker(tmp_path: Path) -> None:
     write(tmp_path / "setup.cfg", "")
     nested = write(tmp_path / "src" / "pkg" / "train.py", "")

@@ -12,7 +12,7 @@ class _Frame:
     """One function activation: its file, local names, and what encloses it."""
 
     __slots__ = ("unit", "env", "cls", "via", "depth", "local_funcs", "no_grad", "autocast",
-                 "grad_conditional", "returns", "stack", "name", "forwarded", "self_cls", "synced")
+                 "grad_conditional", "returns", "stack", "name", "forwarded", "self_cls", "synced", "branches", "rebound")
 
     def __init__(self, unit: _Unit, env: dict[str, str] | None = None, cls: _Class | None = None,
                  via: tuple[CallSite, ...] = (), depth: int = 0, stack: tuple = (), name: str = "<module>",
@@ -38,6 +38,10 @@ class _Frame:
         # `def save_on_master(*args, **kwargs)`: the caller's frame, its call, and the arguments
         # that `*args` / `**kwargs` received, for a call that passes them on
         self.forwarded: tuple["_Frame", cst.Call, list[cst.Arg]] | None = None
+        self.branches = 0  # branches of this function's `if`s being walked (tests not folded)
+        # dicts bound in such a branch over what the name held before (None: not a known dict),
+        # merged with it once the `if` is left
+        self.rebound: list[tuple[str, "_Dict | None"]] = []
 
 
 class _Dict:

@@ -175,6 +175,8 @@ class BuilderInlining:
 
     def inline(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, frame: _Frame,
                bound_self: bool, site_call: cst.Call | None = None, instance: _Class | None = None) -> None:
+        if not _binds(call, fdef, bound_self):
+            return  # the call raises TypeError before the body runs (`pytest.raises` tests it)
         key = id(fdef)
         self.covered.add(key)
         if frame.depth >= _MAX_DEPTH or any(id(f) == key for f in frame.stack) or self.inlined >= _MAX_INLINED:
@@ -402,6 +404,34 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
     if type(named) is cst.Call and _dotted(named.func) == "dict":
         return [a for a in named.args if a.keyword is not None]
     return []
+
+
+# decorators that hand the function's own parameters on
+_SIGNATURE_KEEPING = frozenset(("no_grad", "inference_mode", "enable_grad", "staticmethod", "classmethod",
+                                "abstractmethod", "property", "cache", "lru_cache", "wraps"))
+
+
+def _decorator_name(dec: cst.Decorator) -> str:
+    expr = dec.decorator
+    return (_dotted(expr.func if type(expr) is cst.Call else expr) or "").rsplit(".", 1)[-1]
+
+
+def _binds(call: cst.Call, fdef: cst.FunctionDef, bound_self: bool) -> bool:
+    """False when the call passes a keyword the function has no parameter for, or more positional
+    arguments than it takes, with no `*args` / `**kwargs` on either side to absorb or hide them.
+    A decorator that may change the signature leaves it unknown (True)."""
+    if any(a.star for a in call.args) or any(_decorator_name(d) not in _SIGNATURE_KEEPING for d in fdef.decorators):
+        return True
+    params = fdef.params
+    positional = list(params.posonly_params) + list(params.params)
+    if bound_self and positional and positional[0].name.value in ("self", "cls"):
+        positional = positional[1:]
+    if type(params.star_arg) is not cst.Param and sum(a.keyword is None for a in call.args) > len(positional):
+        return False
+    if type(params.star_kwarg) is cst.Param:
+        return True
+    names = {p.name.value for p in [*params.params, *params.kwonly_params]}
+    return all(a.keyword is None or a.keyword.value in names for a in call.args)
 
 
 def _called_names(fdef: cst.FunctionDef, unit: _Unit) -> set[str]:

@@ -100,19 +100,41 @@ class BuilderStatements:
             return
         text = frame.unit.text(stmt.test)
         accumulation = is_accumulation_test(text) or self._accumulation_flag(stmt.test, frame)
-        body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
-        negated = Guard(text, accumulation, negated=True)
-        self.blocks.append([])
-        self.guards.append(negated)
+        frame.branches += 1
         try:
-            if type(orelse) is cst.If:
-                self.walk_if(orelse, frame)
-            elif orelse is not None:
-                self.walk_suite(orelse.body, frame)
+            body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
+            negated = Guard(text, accumulation, negated=True)
+            self.blocks.append([])
+            self.guards.append(negated)
+            try:
+                if type(orelse) is cst.If:
+                    self.walk_if(orelse, frame)
+                elif orelse is not None:
+                    self.walk_suite(orelse.body, frame)
+            finally:
+                self.guards.pop()
+                other = self.blocks.pop()
         finally:
-            self.guards.pop()
-            other = self.blocks.pop()
+            frame.branches -= 1
+        if frame.rebound:
+            self._merge_rebound(frame)
         self.block.append(_Branch([body, other]))
+
+    def _merge_rebound(self, frame: _Frame) -> None:
+        """After an `if` whose branch bound a dict to a name that held something before: either
+        may reach the code that follows. `if extra is None: extra = dict()` over an argument
+        leaves its keys unknown (the caller's dict may be the one); over a known dict, its keys
+        join the branch's."""
+        for name, held in frame.rebound:
+            current = self.dicts.get(name)
+            if current is None or current is held:
+                continue
+            if held is None:
+                current.keys = None
+            else:
+                current.merge(held)
+        if not frame.branches:
+            frame.rebound.clear()
 
     def _accumulation_flag(self, test: cst.BaseExpression, frame: _Frame) -> bool:
         """`if is_update_step:` with `is_update_step = (i + 1) % accum_steps == 0` computed before
@@ -470,11 +492,15 @@ class BuilderStatements:
                 if val.canon in self.iter_of:
                     self.iter_of[tc] = self.iter_of[val.canon]
             return
+        # what the name held before, when this assignment may not run (in a branch of an `if`)
+        before = frame.env.get(name, "") if name is not None and frame.branches else ""
         if name is not None:
             if val.canon is None and built is None and name not in frame.env:  # a new local, not a parameter
                 tc = self._claim(tc, frame)
             frame.env[name] = tc
         if val.dict is not None:
+            if before:
+                frame.rebound.append((tc, self.dicts.get(before)))
             self.dicts[tc] = val.dict.copy()
         else:
             self.dicts.pop(tc, None)

@@ -285,8 +285,15 @@ class Facts:
 
 
 def _reloads_after(load: Event, save: Event) -> bool:
-    """The load reads the file back later in the same code as the save."""
-    return load.path == save.path and load.via == save.via and load.line > save.line
+    """The load reads the file back later in the same code as the save, there or in a helper
+    called after it (`evaluate(model_path)`, which scores the network just written)."""
+    depth = len(save.via)
+    if load.via[:depth] != save.via:
+        return False
+    if len(load.via) == depth:
+        return load.path == save.path and load.line > save.line
+    site = load.via[depth]
+    return site.path == save.path and site.line > save.line
 
 
 def _first_arg_text(call: cst.Call | None) -> str:

@@ -75,6 +75,7 @@ class LossFlow(Flow):
         super().__init__(ctx)
         self._sinks: dict[tuple[int, int], Sink | None] = {}
         self._graph_losses: dict[int, bool] = {}
+        self._numbers: dict[int, bool] = {}
 
     # -- activations ------------------------------------------------------------------------
 
@@ -180,6 +181,18 @@ class LossFlow(Flow):
             found = known[id(func.node)] = bool(returns) and bool(targets) and all(_key(r) in targets for r in returns)
         return found
 
+    def returns_number(self, func: Where) -> bool:
+        """True when every return of `func` is a plain number: literals, `.item()`, `float(...)`,
+        `len(...)`, locals only ever assigned such values, and arithmetic on them
+        (`return total / len(loader.dataset)` after `total += loss.item()`)."""
+        known = self._numbers if func.index is self.main else fact(func.index.module, "memory.numbers", dict)
+        found = known.get(id(func.node))
+        if found is None:
+            returns = self.returns(func)
+            found = known[id(func.node)] = bool(returns) and all(
+                _number(func.index, func.node, r, set()) for r in returns)
+        return found
+
     def sink(self, index: ModuleIndex, call: cst.Call, depth: int = 0) -> Sink | None:
         """The loss computed by `call`, and which argument is its input. A call in another
         project module means the same for every file that reaches it: its answer is kept with
@@ -229,6 +242,29 @@ class LossFlow(Flow):
         if len({(s.loss, s.param) for s in found}) == 1:
             return found[0]
         return None
+
+
+def _number(index: ModuleIndex, scope: cst.CSTNode, expr: cst.BaseExpression | None, seen: set[str]) -> bool:
+    """`expr`, in the function `scope`, is a plain number (see `LossFlow.returns_number`)."""
+    kind = type(expr)
+    if kind in (cst.Integer, cst.Float) or (kind is cst.Call and _detaches(expr) and not _tensor_detach(expr)):
+        return True
+    if kind is cst.BinaryOperation:
+        return _number(index, scope, expr.left, seen) and _number(index, scope, expr.right, seen)
+    if kind is cst.UnaryOperation:
+        return _number(index, scope, expr.expression, seen)
+    if kind is cst.Name and expr.value not in seen:
+        seen.add(expr.value)
+        bound = index.assigns.get((id(scope), expr.value), ())
+        return bool(bound) and all(
+            _number(index, scope, a.value if type(a.node) is not cst.AugAssign else a.node.value, seen)
+            for a in bound if a.position is None) and all(a.position is None for a in bound)
+    return False
+
+
+def _tensor_detach(call: cst.Call) -> bool:
+    """`x.detach()` / `x.detach_()` / `x.data`: no graph, but still a tensor."""
+    return type(call.func) is cst.Attribute and call.func.attr.value in ("detach", "detach_")
 
 
 def _same_activation(found: list[Activation | None]) -> Activation | None:
@@ -485,16 +521,18 @@ class _LossTracker:
         return None
 
     def is_loss_call(self, call: cst.Call) -> bool:
-        """A criterion call, or a project helper that returns a loss it back-propagated."""
+        """A criterion call, or a project helper that returns a loss it back-propagated (not one
+        that computes a loss and returns a number: `eval_loss` summing `.item()`s)."""
+        callee = self.flow.obj(self.index, call.func, call)
+        function = callee is not None and callee.kind == "function"
+        if function and self.flow.returns_number(callee.where):
+            return False
         if self.flow.sink(self.index, call) is not None:
             return True
         name = dotted(call.func)
         if name and self.index is self.flow.main and self.flow.ctx.model.role(name) is Role.CRITERION:
             return True  # `criterion` / `self.loss_fn` passed in from elsewhere
-        callee = self.flow.obj(self.index, call.func, call)
-        if callee is None or callee.kind != "function":
-            return False
-        return self.flow.returns_graph_loss(callee.where)
+        return function and self.flow.returns_graph_loss(callee.where)
 
 
 class _AnyLoss(_LossTracker):
@@ -528,8 +566,9 @@ class LossRetainsGraph(Rule):
         for loop in loops:
             if id(loop) not in keeping:
                 continue  # nothing in the loop can hold on to a loss: skip tracing the losses
+            few = _few_iterations(index, loop)
             for node, holder, loss in _kept_losses(flow, index, loop, names):
-                if id(node) in reported:
+                if id(node) in reported or few and "." not in holder:
                     continue
                 reported.add(id(node))
                 yield self.finding(
@@ -538,6 +577,26 @@ class LossRetainsGraph(Rule):
                     f"`{holder}` keeps the loss tensor `{loss}` and its autograd graph alive across "
                     f"iterations, so memory grows every step: store `{loss}.item()` or `{loss}.detach()`",
                 )
+
+
+_FEW_ITERATIONS = 64
+
+
+def _few_iterations(index: ModuleIndex, loop: cst.For | cst.While) -> bool:
+    """`for _ in range(5):` with no loop around it in its function (a test's mini training run):
+    a local list keeps at most that many graphs, freed when the function returns."""
+    it = loop.iter if type(loop) is cst.For else None
+    if type(it) is not cst.Call or dotted(it.func) != "range" or not 1 <= len(it.args) <= 2:
+        return False
+    bounds = [a.value.evaluated_value if type(a.value) is cst.Integer and a.keyword is None else None for a in it.args]
+    if None in bounds or bounds[-1] - (bounds[0] if len(bounds) == 2 else 0) > _FEW_ITERATIONS:
+        return False
+    current = index.parent.get(id(loop))
+    while current is not None and type(current) not in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
+        if type(current) in (cst.For, cst.While):
+            return False
+        current = index.parent.get(id(current))
+    return True
 
 
 def _training_loops(ctx: FileContext, index: ModuleIndex) -> list[cst.For | cst.While]:
