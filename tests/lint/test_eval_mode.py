@@ -552,3 +552,80 @@ def test_inference_script_that_restores_weights_and_never_calls_eval():
             return out
         """
     )
+
+
+def test_a_parameter_is_not_the_network_another_function_of_the_file_built_under_its_name():
+    # `from_pretrained` builds and restores its own `model`; `embed` is handed one by its caller,
+    # which is not this file's business (the same name does not make it the same network)
+    check(
+        """
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 2))
+
+            def forward(self, x):
+                return self.body(x)
+
+            @classmethod
+            def from_pretrained(cls, path):
+                model = Encoder()
+                model.load_state_dict(torch.load(path, weights_only=True))
+                model.eval()
+                return model
+
+        @torch.no_grad()
+        def embed(model, dataset):
+            outs = []
+            for batch in torch.utils.data.DataLoader(dataset, batch_size=32):
+                outs.append(model(batch))
+            return torch.cat(outs)
+
+        def embed_fresh(path, dataset):
+            model = Encoder()
+            model.load_state_dict(torch.load(path, weights_only=True))
+            outs = []
+            with torch.no_grad():
+                for batch in torch.utils.data.DataLoader(dataset, batch_size=32):
+                    outs.append(model(batch))  # expect: LC301
+            return torch.cat(outs)
+        """
+    )
+
+
+def test_a_plain_function_a_helper_hands_back_as_the_model_is_no_network():
+    # a sampler test's stand-in for a denoising network: a nested `def`, no parameters, no graph
+    check("""
+        class SamplerTest:
+            def dummy_model(self):
+                def model(sample, t):
+                    return sample * t / (t + 1)
+                return model
+
+            def dummy_network(self):
+                return nn.Linear(3, 3)
+
+            def test_full_loop(self, scheduler):
+                model = self.dummy_model()
+                sample = torch.ones(2, 3)
+                for t in scheduler.timesteps:
+                    residual = model(sample, t)
+                    sample = scheduler.step(residual, t, sample).prev_sample
+                return sample
+
+            def test_with_classes(self, scheduler):
+                model = self.dummy_model(8)  # a subclass's override takes the number of classes
+                sample = torch.ones(2, 3)
+                for t in scheduler.timesteps:
+                    sample = scheduler.step(model(sample, t), t, sample).prev_sample
+                return sample
+
+            def test_with_a_network(self, scheduler):
+                net = self.dummy_network()
+                net.eval()
+                sample = torch.ones(2, 3)
+                for t in scheduler.timesteps:
+                    residual = net(sample)  # expect: LC302
+                    sample = scheduler.step(residual, t, sample).prev_sample
+                return sample
+    """)

@@ -23,6 +23,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _recv_name,
     _string,
     _text_or,
+    written,
 )
 from loopcheck.lint.loopmodel.torch_api import (
     CLIP_FUNCTIONS,
@@ -245,7 +246,7 @@ class BuilderCalls:
 
     def _m_backward(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         recv_name = self.canon(recv, frame) or ""
-        if recv_name.rsplit(".", 1)[-1] in ("accelerator", "fabric", "engine", "model_engine") and call.args:
+        if written(recv_name).rsplit(".", 1)[-1] in ("accelerator", "fabric", "engine", "model_engine") and call.args:
             tensor = _positional(call, 0) or _kw(call, "loss")
             if tensor is not None:
                 self._backward(call, tensor, frame, via_fn=recv_name + ".backward", divided=True)

@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import CallSite, EventKind, ModuleModel, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
+    FUNCTION_VALUE,
     STRING_ARGUMENT,
     _MAX_DEPTH,
     _MAX_INLINED,
     _SKIP_ENTRY_METHODS,
     _dotted,
+    _in_scope,
     _index,
     _is_ema_helper,
     _is_none,
@@ -24,7 +28,7 @@ from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
 from loopcheck.lint.loopmodel.traces import _CallBlock
 from loopcheck.lint.loopmodel.units import _CALLED, _Class, _Unit, _self_called
 from loopcheck.lint.memo import fact
-from loopcheck.lint.syntax import walk
+from loopcheck.lint.syntax import walk, walk_pruned
 
 
 class BuilderInlining:
@@ -175,6 +179,9 @@ class BuilderInlining:
 
     def inline(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, frame: _Frame,
                bound_self: bool, site_call: cst.Call | None = None, instance: _Class | None = None) -> None:
+        if _hands_back_a_function(fdef, unit):
+            # `def dummy_model(self): def model(...): ...; return model`: a plain function, no network
+            self.call_values[id(site_call or call)] = _Value(canon=FUNCTION_VALUE)
         if not _binds(call, fdef, bound_self):
             return  # the call raises TypeError before the body runs (`pytest.raises` tests it)
         key = id(fdef)
@@ -347,14 +354,18 @@ class BuilderInlining:
         elif cls is not None and _instance_param(fdef) is not None:
             env["self"] = "self"  # `mp.spawn(self._worker, args=(self, ...))` on a staticmethod
             params = [p for p in params if p.name.value != "self"]
+        qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
         for param in params:
             pname = param.name.value
-            env[pname] = pname
-            self._param_evidence(param, pname, unit)
+            # what the caller passes is not known here: not the object another function of the
+            # file bound to the same name (`model = GPSE()` in a loader, `model` of an inference helper)
+            scoped = self.binding_scope.get(pname, qualname) != qualname or (
+                unit is self.main and pname in _assigned_elsewhere(fdef, unit))
+            env[pname] = _in_scope(pname, qualname) if scoped else pname
+            self._param_evidence(param, env[pname], unit)
         for p in (fdef.params.star_arg, fdef.params.star_kwarg):
             if type(p) is cst.Param:
                 env[p.name.value] = p.name.value
-        qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
         frame = _Frame(unit, env, cls, (), 0, (fdef,), qualname, instance)
         self.blocks.append([])
         try:
@@ -411,6 +422,23 @@ _SIGNATURE_KEEPING = frozenset(("no_grad", "inference_mode", "enable_grad", "sta
                                 "abstractmethod", "property", "cache", "lru_cache", "wraps"))
 
 
+def _hands_back_a_function(fdef: cst.FunctionDef, unit: _Unit) -> bool:
+    """Every `return` of the function returns a function it defines inside (`return model` of a
+    nested `def model`); found once per function and run."""
+    table = fact(unit.module, "hands_back_a_function", dict)
+    found = table.get(id(fdef))
+    if found is None:
+        nodes = list(walk_pruned(fdef.body, _SCOPES))
+        nested = {n.name.value for n in nodes if type(n) is cst.FunctionDef}
+        returns = [n.value for n in nodes if type(n) is cst.Return]
+        found = table[id(fdef)] = bool(nested) and bool(returns) and all(
+            type(r) is cst.Name and r.value in nested for r in returns)
+    return found
+
+
+_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
 def _decorator_name(dec: cst.Decorator) -> str:
     expr = dec.decorator
     return (_dotted(expr.func if type(expr) is cst.Call else expr) or "").rsplit(".", 1)[-1]
@@ -432,6 +460,33 @@ def _binds(call: cst.Call, fdef: cst.FunctionDef, bound_self: bool) -> bool:
         return True
     names = {p.name.value for p in [*params.params, *params.kwonly_params]}
     return all(a.keyword is None or a.keyword.value in names for a in call.args)
+
+
+def _assigned_elsewhere(fdef: cst.FunctionDef, unit: _Unit) -> frozenset[str]:
+    """The plain names other functions and methods of the analysed file assign (`model = GPSE()`
+    in a loader): an entry point's parameter of such a name is not that object. (The whole file is
+    read: only for the file analysed, whose every part its analysis depends on.)"""
+    table = fact(unit.module, "assigned_by_function", dict)
+    if not table:
+        for node in _nodes_under(unit.module):
+            if type(node) is cst.FunctionDef:
+                table[id(node)] = frozenset(
+                    t.value for n in _nodes_under(node.body) if type(n) in (cst.Assign, cst.AnnAssign)
+                    for t in _assigned_names(n))
+        table[None] = Counter(name for names in table.values() for name in names)
+    mine = table.get(id(fdef), frozenset())
+    return frozenset(name for name, n in table[None].items() if n > (name in mine))
+
+
+def _assigned_names(node: cst.Assign | cst.AnnAssign) -> list[cst.Name]:
+    targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
+    out: list[cst.Name] = []
+    for target in targets:
+        if type(target) is cst.Name:
+            out.append(target)
+        elif type(target) in (cst.Tuple, cst.List):
+            out.extend(e.value for e in target.elements if type(e.value) is cst.Name)
+    return out
 
 
 def _called_names(fdef: cst.FunctionDef, unit: _Unit) -> set[str]:

@@ -6,7 +6,7 @@ import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import Binding, Event, EventKind, Guard, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
-from loopcheck.lint.loopmodel.nodes import _divides, _dotted, _is_none, _kw, _positional
+from loopcheck.lint.loopmodel.nodes import FUNCTION_VALUE, _divides, _dotted, _is_none, _kw, _positional
 from loopcheck.lint.loopmodel.torch_api import WRAPPERS, _BUILTINS, _MOVE_METHODS, _NAME_ROLES, _TENSOR_METHODS
 from loopcheck.lint.loopmodel.units import _Unit
 from loopcheck.lint.values import name_chain
@@ -113,6 +113,8 @@ class BuilderNames:
         divided: bool | None = _divides(node)
         if not divided and type(node) is cst.Call and self._opaque(node, frame):
             divided = None
+        if type(node) is cst.Name and node.value in frame.local_funcs and node.value not in frame.env:
+            return _Value(canon=FUNCTION_VALUE)  # `return model` of a nested `def model(...)`
         stripped = self._strip(node, frame)
         canon = self.canon(stripped, frame)
         if canon is not None:

@@ -46,6 +46,8 @@ def _body(node: cst.BaseSuite) -> list:
 
 # the canonical name of a parameter an inlined call bound to a string literal, before its value
 STRING_ARGUMENT = "str:"
+# what a name holds when it is a plain function (a nested `def` a helper hands back): no network
+FUNCTION_VALUE = "<function>"
 
 
 _string = string_value
@@ -144,8 +146,24 @@ def _is_fraction(node: cst.CSTNode) -> bool:
     return type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide
 
 
+_SCOPE_SUFFIX = re.compile(r"@[^.]*")
+
+
+def _in_scope(name: str, scope: str) -> str:
+    """`name` of `scope`'s own object: `loader@train` (no dot in the suffix: messages drop it,
+    see `rules._display.user_names`)."""
+    return f"{name}@{scope.replace('.', ':')}"
+
+
+def written(name: str) -> str:
+    """A canonical name as the code writes it: `model@train` -> `model`, `fabric@fit.backward` ->
+    `fabric.backward` (a scope's own object, see `_in_scope`). What a name says about
+    its object (`opt`, `train_loader`, `fabric`) is read from this."""
+    return _SCOPE_SUFFIX.sub("", name) if "@" in name else name
+
+
 def _split_of(name: str) -> str | None:
-    last = name.rsplit(".", 1)[-1].lower()
+    last = written(name).rsplit(".", 1)[-1].lower()
     if re.search(r"val|valid|eval|test|dev|holdout", last):
         return "eval"
     if "train" in last:

@@ -17,7 +17,7 @@ from loopcheck.lint.loopmodel.facts import (
     Role,
     SchedulerCadence,
 )
-from loopcheck.lint.loopmodel.nodes import _split_of
+from loopcheck.lint.loopmodel.nodes import FUNCTION_VALUE, _split_of, written
 from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, _NAME_ROLES, is_lr_step_call
 from loopcheck.lint.loopmodel.traces import _expand, feasible
 from loopcheck.lint.syntax import walk_pruned
@@ -49,7 +49,7 @@ class BuilderResolution:
 
     def _resolve_roles(self) -> None:
         for name, uses in self.usage.items():
-            if name in self.bindings or name == "None":
+            if name in self.bindings or name in _NO_OBJECT:
                 continue
             role = None
             if "scale" in uses or "unscale_" in uses:
@@ -69,14 +69,14 @@ class BuilderResolution:
                 if owner not in self.bindings:
                     self.bindings[owner] = Binding(name=owner, role=Role.MODEL, evidence="usage", path=opt.path)
         for name, path in list(self.candidates.items()):
-            if name in self.bindings or name == "None":
+            if name in self.bindings or name in _NO_OBJECT:
                 continue
             role = self.annotations.get(name)
             evidence = "name"
             if role is None and self._foreign(name):
                 continue  # `model = load_model(...)` from Keras: named like a model, not a torch one
             if role is None:
-                last = name.rsplit(".", 1)[-1].lower()
+                last = written(name).rsplit(".", 1)[-1].lower()
                 for candidate, pattern in _NAME_ROLES:
                     if pattern.search(last):
                         role = candidate
@@ -202,6 +202,7 @@ def _enclosing_batch(loop: Loop) -> Loop | None:
 
 # an iterable of held-out data or a loader by its name (`val_loader`, `test_set`, `eval_iter`,
 # `epoch_iterator = tqdm(loader)`)
+_NO_OBJECT = frozenset(("None", FUNCTION_VALUE))  # names of no object a role could belong to
 _HELD_OUT_DATA = re.compile(r"loader|\bdl\b|_dl\b|val|test|eval|dataset|iterator", re.I)
 
 

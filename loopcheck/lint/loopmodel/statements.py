@@ -11,6 +11,7 @@ from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
     STRING_ARGUMENT,
     _dotted,
+    _in_scope,
     _index,
     _is_none,
     _kw,
@@ -573,12 +574,6 @@ class BuilderStatements:
         if name in self.param_owner:
             return self.param_owner[name]
         return name.split(".")[0] if "." in name else None
-
-
-def _in_scope(name: str, scope: str) -> str:
-    """`name` of `scope`'s own object: `loader@train` (no dot in the suffix: messages drop it,
-    see `rules._display.user_names`)."""
-    return f"{name}@{scope.replace('.', ':')}"
 
 
 def _string_value(node: cst.BaseExpression, frame: _Frame, builder) -> str | None:
