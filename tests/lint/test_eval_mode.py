@@ -629,3 +629,46 @@ def test_a_plain_function_a_helper_hands_back_as_the_model_is_no_network():
                     sample = scheduler.step(residual, t, sample).prev_sample
                 return sample
     """)
+
+
+def test_names_like_a_network_that_are_no_forward_pass():
+    # pydantic's `model_dump_json()`, a numpy polynomial fitted as `model_fn`, a method converting
+    # a state dict `..._for_model`: no network runs; the projection head in the last loop does
+    check("""
+        import numpy as np
+
+        def report(records, xs, ys, tuner, head, val_loader):
+            lines = []
+            for r in records:
+                lines.append(r.model_dump_json())
+            for degree in (2, 3):
+                model_fn = np.poly1d(np.polyfit(xs, ys, degree))
+                lines.append(model_fn(xs))
+            for state in records:
+                lines.append(tuner._convert_state_dict_for_model(state))
+            head.eval()
+            for x, y in val_loader:
+                lines.append(F.mse_loss(head(x), y).item())  # expect: LC302
+            return lines
+    """)
+
+
+def test_a_library_pipeline_runs_without_recording_by_itself():
+    # diffusers' and transformers' pipelines call the network under `torch.no_grad()`
+    check("""
+        from diffusers import AutoPipelineForText2Image, StableDiffusionPipeline
+        from transformers import pipeline as hf_pipeline
+
+        def log_validation(unet, prompts):
+            images = []
+            pipeline = AutoPipelineForText2Image.from_pretrained("org/base", unet=unet)
+            for prompt in prompts:
+                images.append(pipeline(prompt, num_inference_steps=20).images[0])
+            model = StableDiffusionPipeline.from_pretrained("org/base")
+            for prompt in prompts:
+                images.append(model(prompt).images[0])
+            classifier = hf_pipeline("image-classification")
+            for image in images:
+                classifier(image)
+            return images
+    """)

@@ -349,6 +349,17 @@ def test_a_partial_or_a_lambda_runs_what_it_wraps() -> None:
     assert found(per_step, "LC202") == set()
 
 
+def test_a_function_mapped_over_items_runs_with_the_callers_objects() -> None:
+    """`map(partial(worker, ...), ranks)` runs the worker once per item, the item first: the
+    scheduler built by the caller is the OneCycleLR stepped once per epoch in the worker."""
+    mapped = callable_values("main", """\
+        train = functools.partial(worker, net=model, data=loader, opt=optimizer, sched=scheduler)
+        list(map(train, range(2)))""")
+    assert found(mapped, "LC202") == expected(mapped)
+    lam = callable_values("main", "list(map(lambda r: worker(r, model, loader, optimizer, scheduler), range(2)))")
+    assert found(lam, "LC202") == set()  # a lambda's parameter would need binding: not followed
+
+
 STRATEGY_SAVE = textwrap.dedent("""
     import torch
 

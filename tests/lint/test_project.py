@@ -154,18 +154,21 @@ def test_a_file_gets_the_same_findings_alone_or_with_its_project(unit: Path) -> 
         assert all(os.path.abspath(x.path) == os.path.abspath(f) for x in alone.findings)
 
 
+FIT_STEPPING_THE_SCHEDULER_PER_EPOCH = """
+    def fit(model, loader, optimizer, scheduler, criterion, epochs):
+        for epoch in range(epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            scheduler.step()
+"""
+
+
 def test_a_finding_that_needs_the_callers_facts_is_found_in_the_callee_linted_alone(tmp_path: Path) -> None:
     write(tmp_path / "setup.py", "")
-    engine_py = write(tmp_path / "engine.py", """
-        def fit(model, loader, optimizer, scheduler, criterion, epochs):
-            for epoch in range(epochs):
-                model.train()
-                for x, y in loader:
-                    optimizer.zero_grad()
-                    criterion(model(x), y).backward()
-                    optimizer.step()
-                scheduler.step()
-    """)
+    engine_py = write(tmp_path / "engine.py", FIT_STEPPING_THE_SCHEDULER_PER_EPOCH)
     write(tmp_path / "train.py", """
         import torch
         from engine import fit
@@ -187,16 +190,7 @@ def test_a_test_module_reports_nothing_into_the_code_it_tests(tmp_path: Path) ->
     # the test trains with the project's loop on a toy schedule; what the loop does with it is the
     # test's choice, not a defect of `engine.py` (a real caller would still report into it)
     write(tmp_path / "setup.py", "")
-    engine_py = write(tmp_path / "engine.py", """
-        def fit(model, loader, optimizer, scheduler, criterion, epochs):
-            for epoch in range(epochs):
-                model.train()
-                for x, y in loader:
-                    optimizer.zero_grad()
-                    criterion(model(x), y).backward()
-                    optimizer.step()
-                scheduler.step()
-    """)
+    engine_py = write(tmp_path / "engine.py", FIT_STEPPING_THE_SCHEDULER_PER_EPOCH)
     test_py = write(tmp_path / "tests" / "test_engine.py", """
         import torch
         from engine import fit

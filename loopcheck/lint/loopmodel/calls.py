@@ -463,7 +463,11 @@ def _library_call(func: cst.Name | cst.Attribute, unit) -> bool:
 
 # `hub.create_model(name)`, `self.build_model(cfg)`, `store.load_model(path)`: a function named
 # like a network that makes or fetches one, not a forward pass of it
-_MAKES_OR_FETCHES = re.compile(r"_?(create|build|make|load|get|init|setup|fetch|download|restore)_\w+$")
+_MAKES_OR_FETCHES = re.compile(
+    r"_?(create|build|make|load|get|init|setup|fetch|download|restore|convert|export|save|register|prepare)_\w+$"
+    # pydantic's `model_dump()` / `model_validate()` ..., a latency getter `model_times()`: named
+    # like a network's attribute, they describe or convert something
+    r"|model_(dump|dump_json|validate|validate_json|copy|construct|json_schema|rebuild|post_init|times|summary)$")
 
 
 def _moved(call: cst.Call) -> bool:

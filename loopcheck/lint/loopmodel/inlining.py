@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Sequence
 
 import libcst as cst
 
@@ -128,6 +129,10 @@ class BuilderInlining:
             fn = _kw(call, "fn") or _positional(call, 0)
             packed, named = _kw(call, "args"), None
             leading = [cst.Arg(cst.Name("rank"))]  # the process index; not an object of the caller
+        elif qual == "map" and type(func) is cst.Name and "map" not in frame.env and len(call.args) > 1:
+            # `map(fn, items)`: fn runs with an item of each iterable, objects not known here
+            fn, packed, named = _positional(call, 0), None, None
+            leading = [cst.Arg(cst.Name(f"item{i}")) for i in range(1, len(call.args))]
         else:
             return False
         if fn is None:
@@ -135,17 +140,26 @@ class BuilderInlining:
         args = leading + _unpacked(packed) + _keywords(named)
         if packed is not None and type(packed) not in (cst.Tuple, cst.List):
             args = leading  # `args=config.args`: what they are is not known here
+        if self.deferred and type(fn) in (cst.Name, cst.Attribute):
+            fn = self.deferred.get(self.canon(fn, frame) or "", fn)  # `train = partial(worker, ...)` first
+        if self._is_partial(fn, frame):  # `spawn(partial(train, model=model), ...)`
+            return self._try_inline(_partial_call(fn, args), frame, site=call)  # type: ignore[arg-type]
+        if type(fn) is cst.Lambda:
+            return False  # its parameters would need binding (see `_run_deferred`)
         return self._try_inline(cst.Call(func=fn, args=args), frame, site=call)
 
     def _remember_deferred(self, name: str, value: cst.BaseExpression, frame: _Frame) -> None:
         """`step = functools.partial(train_step, model=model)` or `run = lambda: train(...)`:
         calling `name` later runs that."""
-        if type(value) is cst.Lambda:
-            self.deferred[name] = value
-        elif type(value) is cst.Call and (frame.unit.qualify(value.func) or "").rsplit(".", 1)[-1] == "partial" and value.args:
+        if type(value) is cst.Lambda or self._is_partial(value, frame):
             self.deferred[name] = value
         else:
             self.deferred.pop(name, None)
+
+    @staticmethod
+    def _is_partial(value: cst.BaseExpression, frame: _Frame) -> bool:
+        return (type(value) is cst.Call and (frame.unit.qualify(value.func) or "").rsplit(".", 1)[-1] == "partial"
+                and bool(value.args))
 
     def _run_deferred(self, deferred: cst.Call | cst.Lambda, call: cst.Call, frame: _Frame) -> bool:
         if type(deferred) is cst.Lambda:
@@ -154,10 +168,7 @@ class BuilderInlining:
                 return False  # its parameters would need binding: left as an opaque call
             self.walk_expr(deferred.body, frame)
             return True
-        fn, *bound = deferred.args
-        positional = [a for a in bound if a.keyword is None] + [a for a in call.args if a.keyword is None]
-        keywords = [a for a in bound if a.keyword is not None] + [a for a in call.args if a.keyword is not None]
-        return self._try_inline(cst.Call(func=fn.value, args=positional + keywords), frame, site=call)
+        return self._try_inline(_partial_call(deferred, call.args), frame, site=call)
 
     def _construct(self, call: cst.Call, cls: _Class, frame: _Frame) -> bool:
         """`Trainer(...)` of a project class: run its __init__ (models and EMAs are not followed)."""
@@ -398,6 +409,14 @@ def _project_no_grad(unit, qual: str) -> bool:
 
 def _nodes_under(node: cst.CSTNode):
     return (n for n, _ in walk(node))
+
+
+def _partial_call(partial: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
+    """The call `partial(fn, *bound)(*args)` makes: `fn(*bound, *args)`, keywords of both last."""
+    fn, *bound = partial.args
+    positional = [a for a in bound if a.keyword is None] + [a for a in args if a.keyword is None]
+    keywords = [a for a in bound if a.keyword is not None] + [a for a in args if a.keyword is not None]
+    return cst.Call(func=fn.value, args=positional + keywords)
 
 
 def _unpacked(packed: cst.BaseExpression | None) -> list[cst.Arg]:

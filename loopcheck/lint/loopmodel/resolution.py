@@ -18,7 +18,7 @@ from loopcheck.lint.loopmodel.facts import (
     SchedulerCadence,
 )
 from loopcheck.lint.loopmodel.nodes import FUNCTION_VALUE, _split_of, written
-from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, _NAME_ROLES, is_lr_step_call
+from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, INFERENCE_PIPELINES, _NAME_ROLES, is_lr_step_call
 from loopcheck.lint.loopmodel.traces import _expand, feasible
 from loopcheck.lint.syntax import walk_pruned
 
@@ -94,11 +94,14 @@ class BuilderResolution:
     def _foreign(self, name: str) -> bool:
         """Whether `name` was bound to what another framework's call returns (TensorFlow / Keras,
         ONNX Runtime, JAX, scikit-learn...)."""
+        return self._made_by(name).split(".", 1)[0] in FOREIGN_FRAMEWORKS
+
+    def _made_by(self, name: str) -> str:
+        """The dotted name of the call whose result was assigned to `name` ("" when none)."""
         found = self.assigned.get(name)
         if found is None or type(found[1]) is not cst.Call:
-            return False
-        qual = found[0].qualify(found[1].func) or ""
-        return qual.split(".", 1)[0] in FOREIGN_FRAMEWORKS
+            return ""
+        return found[0].qualify(found[1].func) or ""
 
     def _resolve_event(self, ev: Event) -> None:
         how = ev.detail.pop("_resolve", None)
@@ -106,6 +109,8 @@ class BuilderResolution:
         if how == "forward":
             if role not in (Role.MODEL, Role.EMA):
                 self.dropped.add(id(ev))
+            elif INFERENCE_PIPELINES.match(self.bindings[ev.target].qualified or self._made_by(ev.target)):
+                ev.detail["generate"] = True  # a library pipeline's `__call__` turns recording off itself
         elif how == "step":
             closure_events = ev.detail.pop("closure_events", [])
             if role is Role.OPTIMIZER:
@@ -200,9 +205,9 @@ def _enclosing_batch(loop: Loop) -> Loop | None:
     return None
 
 
+_NO_OBJECT = frozenset(("None", FUNCTION_VALUE))  # names of no object a role could belong to
 # an iterable of held-out data or a loader by its name (`val_loader`, `test_set`, `eval_iter`,
 # `epoch_iterator = tqdm(loader)`)
-_NO_OBJECT = frozenset(("None", FUNCTION_VALUE))  # names of no object a role could belong to
 _HELD_OUT_DATA = re.compile(r"loader|\bdl\b|_dl\b|val|test|eval|dataset|iterator", re.I)
 
 

@@ -52,8 +52,12 @@ WRAPPERS = frozenset(
 # frameworks whose models are not torch modules (a `model` bound to their calls has no role)
 FOREIGN_FRAMEWORKS = frozenset({
     "tensorflow", "tf", "keras", "onnx", "onnxruntime", "ort", "jax", "flax", "sklearn", "xgboost", "lightgbm",
-    "paddle", "mxnet", "tflite_runtime", "openvino",
+    "paddle", "mxnet", "tflite_runtime", "openvino", "numpy", "scipy", "pandas", "statsmodels",
 })
+# library objects whose call runs the network under `torch.no_grad()` itself, like `generate`:
+# diffusers' pipelines (`StableDiffusionPipeline.from_pretrained(...)`, `AutoPipelineFor...`) and
+# transformers' `pipeline(...)`
+INFERENCE_PIPELINES = re.compile(r"diffusers\.(\w+\.)*\w*Pipeline\w*(\.from_\w+)?$|transformers\.(pipelines\.)?pipeline$")
 # objects whose `.save(...)` writes a file like `torch.save` (Fabric's takes the path first and
 # stores the state dicts of the modules and optimizers it is given)
 SAVE_RECEIVERS = frozenset({"accelerator", "xm", "fabric", "self.accelerator", "self.fabric"})
