@@ -16,6 +16,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _MAX_DEPTH,
     _MAX_INLINED,
     _SKIP_ENTRY_METHODS,
+    _body,
     _dotted,
     _in_scope,
     _index,
@@ -24,12 +25,13 @@ from loopcheck.lint.loopmodel.nodes import (
     _kw,
     _positional,
     _string,
+    _walk_statements,
 )
 from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
 from loopcheck.lint.loopmodel.traces import _CallBlock
 from loopcheck.lint.loopmodel.units import _CALLED, _Class, _Unit, _self_called
 from loopcheck.lint.memo import fact
-from loopcheck.lint.syntax import walk, walk_pruned
+from loopcheck.lint.syntax import walk
 
 
 class BuilderInlining:
@@ -190,10 +192,11 @@ class BuilderInlining:
 
     def inline(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, frame: _Frame,
                bound_self: bool, site_call: cst.Call | None = None, instance: _Class | None = None) -> None:
-        if _hands_back_a_function(fdef, unit):
+        callee = _callee(fdef, unit)
+        if callee.hands_back_a_function:
             # `def dummy_model(self): def model(...): ...; return model`: a plain function, no network
             self.call_values[id(site_call or call)] = _Value(canon=FUNCTION_VALUE)
-        if not _binds(call, fdef, bound_self):
+        if not callee.binds(call, bound_self):
             return  # the call raises TypeError before the body runs (`pytest.raises` tests it)
         key = id(fdef)
         self.covered.add(key)
@@ -371,7 +374,7 @@ class BuilderInlining:
             # what the caller passes is not known here: not the object another function of the
             # file bound to the same name (`model = GPSE()` in a loader, `model` of an inference helper)
             scoped = self.binding_scope.get(pname, qualname) != qualname or (
-                unit is self.main and pname in _assigned_elsewhere(fdef, unit))
+                unit is self.main and _assigned_elsewhere(pname, fdef, unit))
             env[pname] = _in_scope(pname, qualname) if scoped else pname
             self._param_evidence(param, env[pname], unit)
         for p in (fdef.params.star_arg, fdef.params.star_kwarg):
@@ -436,26 +439,63 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
     return []
 
 
-# decorators that hand the function's own parameters on
-_SIGNATURE_KEEPING = frozenset(("no_grad", "inference_mode", "enable_grad", "staticmethod", "classmethod",
-                                "abstractmethod", "property", "cache", "lru_cache", "wraps"))
+class _Callee:
+    """What the model needs of a function before following a call into it, found once per
+    function and run: which calls it accepts, and whether it hands back a function it defines."""
+
+    __slots__ = ("takes", "self_first", "names", "hands_back_a_function")
+
+    def __init__(self, fdef: cst.FunctionDef) -> None:
+        params = fdef.params
+        positional = [*params.posonly_params, *params.params]
+        # positional arguments it takes (-1: any; None: unknown, a decorator may change them)
+        self.takes: int | None = -1 if type(params.star_arg) is cst.Param else len(positional)
+        if any(_decorator_name(d) not in _SIGNATURE_KEEPING for d in fdef.decorators):
+            self.takes = None
+        self.self_first = bool(positional) and positional[0].name.value in ("self", "cls")
+        self.names = None if type(params.star_kwarg) is cst.Param else frozenset(  # None: any keyword
+            p.name.value for p in [*params.params, *params.kwonly_params])
+        # every `return` returns a function defined inside (`return model` of a nested `def model`)
+        nested: set[str] = set()
+        returns: list[cst.BaseExpression | None] = []
+        for top in _body(fdef.body):
+            for node in _walk_statements(top):
+                if type(node) is cst.FunctionDef:
+                    nested.add(node.name.value)
+                elif type(node) is cst.SimpleStatementLine:
+                    returns.extend(small.value for small in node.body if type(small) is cst.Return)
+        self.hands_back_a_function = bool(nested) and bool(returns) and all(
+            type(r) is cst.Name and r.value in nested for r in returns)
+
+    def binds(self, call: cst.Call, bound_self: bool) -> bool:
+        """False when the call passes a keyword the function has no parameter for, or more
+        positional arguments than it takes, with no `*args` / `**kwargs` on either side to absorb
+        or hide them: it raises TypeError before the body runs."""
+        takes, names = self.takes, self.names
+        if takes is None:
+            return True
+        positional = 0
+        for arg in call.args:
+            if arg.star:
+                return True
+            if arg.keyword is None:
+                positional += 1
+            elif names is not None and arg.keyword.value not in names:
+                return False
+        return takes < 0 or positional <= takes - (bound_self and self.self_first)
 
 
-def _hands_back_a_function(fdef: cst.FunctionDef, unit: _Unit) -> bool:
-    """Every `return` of the function returns a function it defines inside (`return model` of a
-    nested `def model`); found once per function and run."""
-    table = fact(unit.module, "hands_back_a_function", dict)
+def _callee(fdef: cst.FunctionDef, unit: _Unit) -> _Callee:
+    table = fact(unit.module, "callees", dict)
     found = table.get(id(fdef))
     if found is None:
-        nodes = list(walk_pruned(fdef.body, _SCOPES))
-        nested = {n.name.value for n in nodes if type(n) is cst.FunctionDef}
-        returns = [n.value for n in nodes if type(n) is cst.Return]
-        found = table[id(fdef)] = bool(nested) and bool(returns) and all(
-            type(r) is cst.Name and r.value in nested for r in returns)
+        found = table[id(fdef)] = _Callee(fdef)
     return found
 
 
-_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+# decorators that hand the function's own parameters on
+_SIGNATURE_KEEPING = frozenset(("no_grad", "inference_mode", "enable_grad", "staticmethod", "classmethod",
+                                "abstractmethod", "property", "cache", "lru_cache", "wraps"))
 
 
 def _decorator_name(dec: cst.Decorator) -> str:
@@ -463,38 +503,30 @@ def _decorator_name(dec: cst.Decorator) -> str:
     return (_dotted(expr.func if type(expr) is cst.Call else expr) or "").rsplit(".", 1)[-1]
 
 
-def _binds(call: cst.Call, fdef: cst.FunctionDef, bound_self: bool) -> bool:
-    """False when the call passes a keyword the function has no parameter for, or more positional
-    arguments than it takes, with no `*args` / `**kwargs` on either side to absorb or hide them.
-    A decorator that may change the signature leaves it unknown (True)."""
-    if any(a.star for a in call.args) or any(_decorator_name(d) not in _SIGNATURE_KEEPING for d in fdef.decorators):
-        return True
-    params = fdef.params
-    positional = list(params.posonly_params) + list(params.params)
-    if bound_self and positional and positional[0].name.value in ("self", "cls"):
-        positional = positional[1:]
-    if type(params.star_arg) is not cst.Param and sum(a.keyword is None for a in call.args) > len(positional):
-        return False
-    if type(params.star_kwarg) is cst.Param:
-        return True
-    names = {p.name.value for p in [*params.params, *params.kwonly_params]}
-    return all(a.keyword is None or a.keyword.value in names for a in call.args)
-
-
-def _assigned_elsewhere(fdef: cst.FunctionDef, unit: _Unit) -> frozenset[str]:
-    """The plain names other functions and methods of the analysed file assign (`model = GPSE()`
-    in a loader): an entry point's parameter of such a name is not that object. (The whole file is
+def _assigned_elsewhere(name: str, fdef: cst.FunctionDef, unit: _Unit) -> bool:
+    """Another function or method of the analysed file assigns the plain name (`model = GPSE()`
+    in a loader): an entry point's parameter of that name is not its object. (The whole file is
     read: only for the file analysed, whose every part its analysis depends on.)"""
-    table = fact(unit.module, "assigned_by_function", dict)
+    table = fact(unit.module, "function_locals", dict)
     if not table:
-        for node in _nodes_under(unit.module):
-            if type(node) is cst.FunctionDef:
-                table[id(node)] = frozenset(
-                    t.value for n in _nodes_under(node.body) if type(n) in (cst.Assign, cst.AnnAssign)
-                    for t in _assigned_names(n))
+        _note_function_locals(list(unit.module.body), None, table)
         table[None] = Counter(name for names in table.values() for name in names)
-    mine = table.get(id(fdef), frozenset())
-    return frozenset(name for name, n in table[None].items() if n > (name in mine))
+    return table[None][name] > (name in table.get(id(fdef), ()))
+
+
+def _note_function_locals(stmts: list, owner: int | None, table: dict) -> None:
+    """The plain names each function's own statements assign, by `id` of the function."""
+    for top in stmts:
+        for node in _walk_statements(top):
+            kind = type(node)
+            if kind is cst.SimpleStatementLine and owner is not None:
+                table[owner].update(t.value for small in node.body if type(small) in (cst.Assign, cst.AnnAssign)
+                                    for t in _assigned_names(small))
+            elif kind is cst.FunctionDef:
+                table[id(node)] = set()
+                _note_function_locals(_body(node.body), id(node), table)
+            elif kind is cst.ClassDef:
+                _note_function_locals(_body(node.body), owner, table)
 
 
 def _assigned_names(node: cst.Assign | cst.AnnAssign) -> list[cst.Name]:
