@@ -25,6 +25,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _kw,
     _positional,
     _string,
+    _target_names,
     _walk_statements,
 )
 from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
@@ -292,10 +293,9 @@ class BuilderInlining:
 
     def _decorators(self, fdef: cst.FunctionDef, frame: _Frame) -> None:
         for dec in fdef.decorators:
-            expr = dec.decorator
-            qual = frame.unit.qualify(expr.func if type(expr) is cst.Call else expr) or ""
-            last = qual.rsplit(".", 1)[-1]
-            if last in ("no_grad", "inference_mode") or _project_no_grad(frame.unit, _dotted(expr.func if type(expr) is cst.Call else expr)):
+            named = _decorator_callee(dec)
+            last = (frame.unit.qualify(named) or "").rsplit(".", 1)[-1]
+            if last in ("no_grad", "inference_mode") or _project_no_grad(frame.unit, _dotted(named)):
                 frame.no_grad = True
                 self.event(EventKind.NO_GRAD, None, dec, frame, form="decorator")
 
@@ -498,9 +498,14 @@ _SIGNATURE_KEEPING = frozenset(("no_grad", "inference_mode", "enable_grad", "sta
                                 "abstractmethod", "property", "cache", "lru_cache", "wraps"))
 
 
-def _decorator_name(dec: cst.Decorator) -> str:
+def _decorator_callee(dec: cst.Decorator) -> cst.BaseExpression:
+    """What names the decorator: `torch.no_grad` of `@torch.no_grad()` and of `@torch.no_grad`."""
     expr = dec.decorator
-    return (_dotted(expr.func if type(expr) is cst.Call else expr) or "").rsplit(".", 1)[-1]
+    return expr.func if type(expr) is cst.Call else expr
+
+
+def _decorator_name(dec: cst.Decorator) -> str:
+    return (_dotted(_decorator_callee(dec)) or "").rsplit(".", 1)[-1]
 
 
 def _assigned_elsewhere(name: str, fdef: cst.FunctionDef, unit: _Unit) -> bool:
@@ -520,8 +525,8 @@ def _note_function_locals(stmts: list, owner: int | None, table: dict) -> None:
         for node in _walk_statements(top):
             kind = type(node)
             if kind is cst.SimpleStatementLine and owner is not None:
-                table[owner].update(t.value for small in node.body if type(small) in (cst.Assign, cst.AnnAssign)
-                                    for t in _assigned_names(small))
+                table[owner].update(name for small in node.body if type(small) in (cst.Assign, cst.AnnAssign)
+                                    for target in _targets(small) for name in _target_names(target))
             elif kind is cst.FunctionDef:
                 table[id(node)] = set()
                 _note_function_locals(_body(node.body), id(node), table)
@@ -529,15 +534,8 @@ def _note_function_locals(stmts: list, owner: int | None, table: dict) -> None:
                 _note_function_locals(_body(node.body), owner, table)
 
 
-def _assigned_names(node: cst.Assign | cst.AnnAssign) -> list[cst.Name]:
-    targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
-    out: list[cst.Name] = []
-    for target in targets:
-        if type(target) is cst.Name:
-            out.append(target)
-        elif type(target) in (cst.Tuple, cst.List):
-            out.extend(e.value for e in target.elements if type(e.value) is cst.Name)
-    return out
+def _targets(node: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    return [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
 
 
 def _called_names(fdef: cst.FunctionDef, unit: _Unit) -> set[str]:

@@ -256,9 +256,9 @@ def _number(index: ModuleIndex, scope: cst.CSTNode, expr: cst.BaseExpression | N
     if kind is cst.Name and expr.value not in seen:
         seen.add(expr.value)
         bound = index.assigns.get((id(scope), expr.value), ())
-        return bool(bound) and all(
-            _number(index, scope, a.value if type(a.node) is not cst.AugAssign else a.node.value, seen)
-            for a in bound if a.position is None) and all(a.position is None for a in bound)
+        # `total += x.item()` is noted without its value: the statement holds it
+        return bool(bound) and all(a.position is None and _number(
+            index, scope, a.node.value if type(a.node) is cst.AugAssign else a.value, seen) for a in bound)
     return False
 
 
