@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from loopcheck.probe.cadence import Cadence, watched_step
+from loopcheck.probe.cadence import FIRST_WATCHED, Cadence, watched_step
 from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.probe import _SMALL
 
@@ -99,6 +99,8 @@ class FloorProbe:
     def _step_post(self, i: int) -> Any:
         def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             self.applied[i] += 1
+            if i == 0 and self.applied[0] == FIRST_WATCHED:  # the interval is measured from here, as the probe's
+                self.cadence.start(sum(self.applied))
             if i == 0 and self.applied[0] % self.every == 0:
                 self.cadence.retune(sum(self.applied))
                 self._read()

@@ -6,10 +6,12 @@ median over block pairs of (probed time / bare time) with a 95% interval and the
 ratio, which a shared machine disturbs less. The shapes are defined in `shapes.py`. The probe runs in its default configuration (every
 detector; device statistics read every 20 steps); a block is as long as the sampling interval, so
 every probed block includes one reading of the device statistics. Each block starts with
-untimed steps (`--settle`, both variants), as many as a fresh probe watches in full at the start
-of each optimizer (`Probe.watched`: each of the first 8), which the blocks of a real run do not pay
-again; with fewer, 5 of a block's 20 timed steps were first steps, and the GAN's ratio read about
-1.5 points higher. Pairs run in ABBA order.
+untimed steps (`--settle`, both variants): a fresh probe's first sampling period, which a real
+run pays once and the blocks of a long run do not pay again. In it the probe watches each
+optimizer's first 8 steps in full (`Probe.watched`) and then every 4th, until the first sample
+tunes the interval to the cost of the gradient norms (`loopcheck.probe.cadence`). With 8 settling
+steps, 5 of a block's 20 timed steps were watched ones, against 1 or 2 in a long run, and the GAN's
+ratio read 2 to 4 points higher than its steady state. Pairs run in ABBA order.
 
 Each model's blocks are split over fresh processes, run one after the other (`--processes`): the
 ratio moves more between processes than between the blocks of one, so one process is not a fair
@@ -87,7 +89,6 @@ import torch
 import loopcheck
 from loopcheck.probe.config import AUTOMATIC, ProbeConfig, ProbeUsageError
 from loopcheck.probe.detectors import default_detectors
-from loopcheck.probe.cadence import FIRST_WATCHED  # the first steps `Probe.watched` includes
 from floor_probe import FloorProbe
 from shapes import SHAPES, build
 
@@ -469,10 +470,11 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2,
                         help="fresh processes each model's blocks are split over (default: 2)")
     parser.add_argument("--steps", type=int, default=20, help="steps per block (default: the probe's `every`)")
-    parser.add_argument("--settle", type=int, default=FIRST_WATCHED,
-                        help=f"untimed steps at the start of each block (default: {FIRST_WATCHED}): a fresh probe "
-                             "checks every one of each optimizer's first steps once per run, which a block of a "
-                             "real run does not pay")
+    parser.add_argument("--settle", type=int, default=ProbeConfig.every,
+                        help=f"untimed steps at the start of each block (default: {ProbeConfig.every}, one sampling "
+                             "period): a fresh probe checks each optimizer's first steps in full and tunes its "
+                             "check interval at the first sample, once per run, which a block of a real run does "
+                             "not pay")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's malloc thresholds at their (adaptive) defaults")

@@ -6,7 +6,9 @@ gradient, which is nothing next to a large model's step and a few percent of a s
 model's step on the CPU. So unless the user fixes `check_every`, on the CPU (where the fused norm
 call is synchronous, so timing it measures it) the interval follows the measured cost: at each
 sample the share of the run's time the norms would take if every step had them gives the smallest
-interval, a power of two from 4 to 16, that keeps them under `_BUDGET` of the run. On an
+interval, a power of two from 4 to 16, that keeps them under `_BUDGET` of the run. The first
+measurement runs from the end of the first optimizer's always-watched steps (`start`) to the first
+sample, so a run pays the default interval for one sampling period, not two. On an
 accelerator the norms are one kernel queued without a host sync, too cheap to time from the host:
 the interval stays at 4.
 """
@@ -57,6 +59,13 @@ class Cadence:
         self.timed(time.perf_counter() - start)
         return values
 
+    def start(self, steps: int) -> None:
+        """The always-watched first steps are over, `steps` optimizer steps into the run: measure
+        from here (their norm calls, the first of the run, are not the steady cost)."""
+        if self.tuned and self._since is None:
+            self._since, self._steps = time.perf_counter(), steps
+            self._spent, self._calls = 0.0, 0
+
     def timed(self, seconds: float) -> None:
         """One exact norm call took `seconds`."""
         self._spent += seconds
@@ -64,8 +73,8 @@ class Cadence:
 
     def retune(self, steps: int) -> None:
         """At a sample, `steps` optimizer steps (of every optimizer) into the run: choose the interval
-        from the norms' cost per call times the steps since the last sample, against the time since.
-        A fixed interval stays as it is."""
+        from the norms' cost per call times the steps since the last sample (or `start`), against
+        the time since. A fixed interval stays as it is."""
         if not self.tuned:
             return
         now = time.perf_counter()

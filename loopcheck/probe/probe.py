@@ -26,7 +26,7 @@ from loopcheck.errors import ProbeError, ProbeUsageError
 from loopcheck.findings import Finding
 from loopcheck.probe import distributed, lifecycle
 from loopcheck.probe.adapters.accelerate import inner_optimizer, inner_scheduler
-from loopcheck.probe.cadence import Cadence, watched_step
+from loopcheck.probe.cadence import FIRST_WATCHED, Cadence, watched_step
 from loopcheck.probe.config import ProbeConfig
 from loopcheck.probe.detectors import default_detectors
 from loopcheck.probe.detectors.base import Detector
@@ -464,6 +464,8 @@ class Probe:
             self._applied[i] += 1
             if i == 0:
                 self.step += 1
+                if self.step == FIRST_WATCHED:
+                    self.cadence.start(self._serial)
             self._set_lean(i)
             self._dispatch("on_step" if i == 0 else "on_step_others", i, optimizer)
             if i == 0 and self.step % self.config.every == 0:
@@ -654,7 +656,8 @@ class Probe:
             g = params[j].grad
             if g is not None and not g.is_sparse:
                 if self.readings.on_cpu:  # only its finiteness counts: a sum is cheaper than a norm
-                    value = g.sum() if g.dtype is torch.float32 else finite_probe_value(g)
+                    # read now (no synchronisation on the CPU): the step's checks judge the number at once
+                    value: Any = (g.sum() if g.dtype is torch.float32 else finite_probe_value(g)).item()
                 else:
                     value = fused_norms([g])[0]
                 return self._queue_norms(i, [value], [j], exact=False)
@@ -881,8 +884,8 @@ class StepNorms(NamedTuple):
     of its earliest small gradient only (`Probe.grad_checks`)."""
 
     # 0-d tensors on the device: float32 L2 norms when `exact`; else only their finiteness counts
-    # (on the CPU they are plain sums, see `grad_checks`)
-    values: list[torch.Tensor]
+    # (on the CPU a plain sum, read as a number: see `grad_checks`)
+    values: list[torch.Tensor | float]
     positions: list[int]  # the positions in `opt_params[i]` they cover
     read: slice  # where they sit in `Probe.readings`
     exact: bool  # every gradient's norm (not only the earliest small gradient's)

@@ -92,12 +92,32 @@ def _train(steps: int, **options):
 
 
 def test_the_probe_lengthens_the_interval_when_the_norms_cost_a_large_share(monkeypatch):
-    # every norm call reported as a second long: the interval goes to its longest at the second sample
+    # every norm call reported as a second long: the interval goes to its longest at the first
+    # sample, measured from the end of the always-watched first steps
     timed = Cadence.timed
     monkeypatch.setattr(Cadence, "timed", lambda self, seconds: timed(self, 1.0))
     probe, watched = _train(100)
     assert probe.cadence.check_every == 16
-    assert [n for n in watched if n > 8] == [12, 16, 20, 24, 28, 32, 36, 40, 48, 64, 80, 96]
+    assert [n for n in watched if n > 8] == [12, 16, 20, 32, 48, 64, 80, 96]
+
+
+def test_the_measurement_starts_after_the_first_steps_and_leaves_out_their_norms(clock):
+    tuner = Cadence(None)
+    tuner.timed(1.0)  # a first step's norm call (warm-up): not the steady cost
+    tuner.start(8)
+    for _ in range(12):
+        tuner.timed(10e-6)
+        clock.now += 20e-3
+    tuner.retune(20)
+    assert tuner.check_every == 4  # 0.05% of a step: what the first call cost does not count
+    late = Cadence(None)
+    late.retune(5)  # a sample before the first steps were over (`every` < 8) started it already
+    clock.now += 1.0
+    late.start(8)  # ... and the start does not move it
+    late.timed(1.0)
+    clock.now += 1.0
+    late.retune(10)
+    assert late.check_every == 16
 
 
 def test_the_probe_keeps_four_when_the_norms_are_cheap(monkeypatch):

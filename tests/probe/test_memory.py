@@ -24,7 +24,9 @@ def test_history_append_loss_is_found_within_100_steps(net, batches):
             history.append(loss)
     assert codes(probe) == {"LP202"}
     (f,) = probe.findings
-    assert f.step <= 30
+    # the graph marks are looked at on watched steps: all of the first 8, then one in 4, and from the
+    # first sample (step 20) one in up to 16, as the norms' cost asks
+    assert f.step <= 36
 
 
 def test_running_total_without_item_is_found(net, batches):
@@ -127,7 +129,7 @@ def test_logits_kept_in_a_list_for_the_epoch_metric_are_found(net, batches):
     probe = _epoch_accuracy_loop(net, batches, keep=lambda logits: logits)
     assert codes(probe) == {"LP202"}
     (f,) = probe.findings
-    assert f.step <= 25 and "preds.append(logits)" in f.message
+    assert f.step <= 36 and "preds.append(logits)" in f.message  # (see above)
 
 
 def test_detached_logits_are_fine(net, batches):

@@ -205,6 +205,28 @@ def test_a_loop_that_drives_the_layers_itself_keeps_no_output_alive_past_its_ste
     assert probe.findings == []
 
 
+def test_a_finite_cpu_step_lets_its_held_output_go_at_its_optimizer_step(net, batches):
+    """The model's training output is held for localisation until its step's loss and gradient
+    check are read; when they are finite it is let go there, not kept until the next forward."""
+    import gc
+    import weakref
+
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:
+        for step, (x, y) in enumerate(batches.epoch(30)):
+            opt.zero_grad()
+            out = net(x)
+            F.cross_entropy(out, y).backward()
+            held = weakref.ref(out)
+            del out
+            watched = probe.watched(0)  # a step the exact checks look at keeps it until the next forward
+            opt.step()
+            gc.collect()
+            if not watched:
+                assert held() is None, step
+    assert probe.findings == []
+
+
 def test_batch_norm_evaluating_with_nonfinite_running_statistics_is_named(net, batches):
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     with loopcheck.probe(net, opt, on_finding="ignore", summary=False) as probe:

@@ -504,6 +504,10 @@ class NonFiniteDetector(Detector):
             self._let_go()
         if opt is None and self._outputs:
             self._reduce_held()
+        elif opt is not None and not (self._fwd or self._bwd or self._eager_state) and self._finite_now(opt):
+            self._arm_if_due(probe.loss_read.get(opt) is not None)
+            self._clear()  # the held inputs and outputs are let go at once
+            return None
         if self._fwd:
             reads.append(readings.add(self._fwd))
         loss = probe.loss_read.get(opt) if opt is not None else None
@@ -532,14 +536,34 @@ class NonFiniteDetector(Detector):
                            every_gradient, self._outputs)
             if self._outputs:
                 self._holding.append(block)
-        if not self._armed and opt is not None:
-            # A step with a loss but no probed model's forward: the loop calls the models' layers
-            # itself (`model.head(x)`), where only their own hooks see them.
-            if self._arm_next or (loss is not None and not self._entered and self._folded):
-                self._arm()
-            self._folded = True
+        if opt is not None:
+            self._arm_if_due(loss is not None)
         self._clear()
         return block
+
+    def _arm_if_due(self, loss: bool) -> None:
+        """At an optimizer step (`loss`: one was recorded): arm when the lean records cannot be relied on."""
+        if not self._armed:
+            # A step with a loss but no probed model's forward: the loop calls the models' layers
+            # itself (`model.head(x)`), where only their own hooks see them.
+            if self._arm_next or (loss and not self._entered and self._folded):
+                self._arm()
+            self._folded = True
+
+    def _finite_now(self, opt: int) -> bool:
+        """A CPU step whose loss and gradient check were read as numbers, all finite: no block is
+        needed (the sentinel, which judges them at this step, will not trip on them). Not after a
+        first incident, whose later steps are counted from their blocks at the samples."""
+        probe = self.probe
+        if probe._tripped:
+            return False
+        loss = probe.step_loss.get(opt)
+        if loss is not None and not (type(loss) is float and math.isfinite(loss)):
+            return False
+        for value in probe.grad_checks(opt).values:
+            if not (type(value) is float and math.isfinite(value)):
+                return False
+        return True
 
     def _let_go(self) -> None:
         """The held outputs of the steps folded so far: those steps were judged, let them go."""
