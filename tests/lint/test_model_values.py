@@ -357,7 +357,38 @@ def test_a_function_mapped_over_items_runs_with_the_callers_objects() -> None:
         list(map(train, range(2)))""")
     assert found(mapped, "LC202") == expected(mapped)
     lam = callable_values("main", "list(map(lambda r: worker(r, model, loader, optimizer, scheduler), range(2)))")
-    assert found(lam, "LC202") == set()  # a lambda's parameter would need binding: not followed
+    assert found(lam, "LC202") == expected(lam)
+
+
+def test_a_lambda_with_parameters_runs_its_body_with_them_bound() -> None:
+    """A lambda's parameters take the arguments it is called with; its other names are those of
+    the function it runs in (`model`, `optimizer` below)."""
+    named = callable_values("main", """\
+        step = lambda batch: one_step(batch, model, optimizer)
+        for epoch in range(10):
+            for x in loader:
+                step(x)
+            scheduler.step()""")
+    lines = named.splitlines()
+    at = next(i for i, line in enumerate(lines, 1) if line.strip() == "scheduler.step()" and "expect" not in line)
+    assert found(named, "LC202") == {(at, "LC202")}
+    by_keyword = callable_values("main", """\
+        train = lambda rank, sched=None: worker(rank, model, loader, optimizer, sched)
+        train(0, sched=scheduler)""")
+    assert found(by_keyword, "LC202") == expected(by_keyword)
+    target = callable_values("main", """\
+        p = mp.Process(target=lambda: worker(0, model, loader, optimizer, scheduler))
+        p.start()""")
+    assert found(target, "LC202") == expected(target)
+    # the lambda's own parameter shadows the caller's object of that name: not the OneCycleLR
+    shadowed = callable_values("main", """\
+        train = lambda scheduler: worker(0, model, loader, optimizer, scheduler)
+        train(torch.optim.lr_scheduler.StepLR(optimizer, 30))""")
+    assert found(shadowed, "LC202") == set()
+    recursive = callable_values("main", """\
+        countdown = lambda n: n and countdown(n - 1)
+        countdown(3)""")
+    assert found(recursive, "LC202") == set()  # walked once, no endless descent
 
 
 STRATEGY_SAVE = textwrap.dedent("""

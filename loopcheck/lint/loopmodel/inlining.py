@@ -148,7 +148,7 @@ class BuilderInlining:
         if self._is_partial(fn, frame):  # `spawn(partial(train, model=model), ...)`
             return self._try_inline(_partial_call(fn, args), frame, site=call)  # type: ignore[arg-type]
         if type(fn) is cst.Lambda:
-            return False  # its parameters would need binding (see `_run_deferred`)
+            return self._run_lambda(fn, args, frame)
         return self._try_inline(cst.Call(func=fn, args=args), frame, site=call)
 
     def _remember_deferred(self, name: str, value: cst.BaseExpression, frame: _Frame) -> None:
@@ -166,12 +166,60 @@ class BuilderInlining:
 
     def _run_deferred(self, deferred: cst.Call | cst.Lambda, call: cst.Call, frame: _Frame) -> bool:
         if type(deferred) is cst.Lambda:
-            params = deferred.params
-            if params.params or params.posonly_params or params.kwonly_params or type(params.star_arg) is cst.Param or params.star_kwarg:
-                return False  # its parameters would need binding: left as an opaque call
-            self.walk_expr(deferred.body, frame)
-            return True
+            return self._run_lambda(deferred, call.args, frame)
         return self._try_inline(_partial_call(deferred, call.args), frame, site=call)
+
+    def _bind_argument(self, env: dict[str, str], param: cst.Param, arg: cst.BaseExpression | None,
+                       frame: _Frame, unit: _Unit) -> None:
+        """What `param` names in the callee's `env` when the caller (`frame`) passes `arg` (None: nothing)."""
+        pname = param.name.value
+        if arg is None:
+            if param.default is not None and _is_none(param.default):
+                env[pname] = "None"
+            else:
+                env[pname] = pname
+                self._param_evidence(param, pname, unit)
+            return
+        if _is_none(arg):
+            env[pname] = "None"
+            return
+        if type(arg) is cst.SimpleString and _string(arg) is not None:
+            env[pname] = STRING_ARGUMENT + _string(arg)  # `set_mode("eval")`: folds `mode == "train"`
+            return
+        val = self.value_of(arg, frame)
+        if val.canon is not None:
+            env[pname] = val.canon
+            return
+        env[pname] = pname
+        if val.dict is not None:
+            self.dicts[pname] = val.dict.copy()
+        self.divided[pname] = val.divided
+        self._param_evidence(param, pname, unit)
+        if type(arg) is cst.Call:
+            self._bind_ctor(pname, arg, frame)
+
+    def _run_lambda(self, lam: cst.Lambda, args: Sequence[cst.Arg], frame: _Frame) -> bool:
+        """Call a lambda with `args` from `frame`: its body runs with its parameters bound to them
+        and its other names read in the frame that runs it (mostly the one it was written in:
+        `map(lambda b: step(model, b), loader)`). True (the call is accounted for)."""
+        if any(f is lam for f in frame.stack):
+            return True  # `count = lambda n: n and count(n - 1)`: walked once
+        params = lam.params
+        ordered = list(params.posonly_params) + list(params.params)
+        positional = [a.value for a in args if a.keyword is None and not a.star]
+        keywords = {a.keyword.value: a.value for a in args if a.keyword is not None}
+        env = dict(frame.env)
+        for i, param in enumerate(ordered + list(params.kwonly_params)):
+            arg = positional[i] if i < len(ordered) and i < len(positional) else keywords.get(param.name.value)
+            self._bind_argument(env, param, arg, frame, frame.unit)
+        for star in (params.star_arg, params.star_kwarg):
+            if type(star) is cst.Param:
+                env[star.name.value] = star.name.value
+        inner = _Frame(frame.unit, env, frame.cls, frame.via, frame.depth, frame.stack + (lam,), frame.name, frame.self_cls)
+        inner.local_funcs, inner.synced = frame.local_funcs, frame.synced
+        inner.no_grad, inner.autocast, inner.grad_conditional = frame.no_grad, frame.autocast, frame.grad_conditional
+        self.walk_expr(lam.body, inner)
+        return True
 
     def _construct(self, call: cst.Call, cls: _Class, frame: _Frame) -> bool:
         """`Trainer(...)` of a project class: run its __init__ (models and EMAs are not followed)."""
@@ -223,30 +271,7 @@ class BuilderInlining:
                 arg = positional[i].value
             elif pname in keywords:
                 arg = keywords[pname].value
-            if arg is None:
-                if param.default is not None and _is_none(param.default):
-                    env[pname] = "None"
-                else:
-                    env[pname] = pname
-                    self._param_evidence(param, pname, unit)
-                continue
-            if _is_none(arg):
-                env[pname] = "None"
-                continue
-            if type(arg) is cst.SimpleString and _string(arg) is not None:
-                env[pname] = STRING_ARGUMENT + _string(arg)  # `set_mode("eval")`: folds `mode == "train"`
-                continue
-            val = self.value_of(arg, frame)
-            if val.canon is not None:
-                env[pname] = val.canon
-            else:
-                env[pname] = pname
-                if val.dict is not None:
-                    self.dicts[pname] = val.dict.copy()
-                self.divided[pname] = val.divided
-                self._param_evidence(param, pname, unit)
-                if type(arg) is cst.Call:
-                    self._bind_ctor(pname, arg, frame)
+            self._bind_argument(env, param, arg, frame, unit)
         for p in (fdef.params.star_arg, fdef.params.star_kwarg):
             if type(p) is cst.Param:
                 env[p.name.value] = p.name.value
