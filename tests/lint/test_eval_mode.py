@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
+from loopcheck.lint.loopmodel.resolution import _steps_through_name
+
 from . import _support
 
 HEAD = """\
@@ -163,6 +167,40 @@ def test_evaluation_without_no_grad():
             for x, y in val_loader:
                 total += F.mse_loss(model(x), y).item()  # expect: LC302
             return total
+    """)
+
+
+def test_a_loop_that_steps_through_an_optimizer_wrapper_is_training_not_evaluation():
+    """`optim_wrapper.update_params(loss)` (a wrapper that runs backward, step and reset itself):
+    a method the model does not know, called on an optimizer in the loop, may train; the same
+    loop reading only the optimizer's state, or a model's own helper, is still evaluation."""
+    check("""
+        def fit(model, train_loader, optimizer, epochs):
+            model.train()
+            for epoch in range(epochs):
+                for batch in train_loader:
+                    loss = model(**batch).loss
+                    optimizer.update_params(loss)
+
+        def validate(model, val_loader, optimizer):
+            model.eval()
+            rates = []
+            for x, y in val_loader:
+                rates.append(optimizer.get_lr())
+                logits = model.classify(model(x))  # expect: LC302
+            return rates
+
+        def main(strategy, cfg, model, train_loader, val_loader, tracker):
+            # the optimizer comes back in a tuple from a call the model does not follow: its name says it
+            model, optimizer, schedulers = strategy.prepare(model, optim_wrapper=cfg)
+            model.train()
+            for batch in train_loader:
+                loss = model(**batch).loss
+                optimizer.update_params(loss)
+            model.eval()
+            for x, y in val_loader:
+                tracker.log_batch(x)  # a method the model does not know, of no optimizer
+                model(x)  # expect: LC302
     """)
 
 
@@ -672,3 +710,12 @@ def test_a_library_pipeline_runs_without_recording_by_itself():
                 classifier(image)
             return images
     """)
+
+
+@pytest.mark.parametrize(("name", "steps"), [
+    ("optimizer", True), ("optim_wrapper", True), ("self.optimizer", True), ("scaler", True),
+    ("opt", False),  # most often the parsed options
+    ("tracker", False), ("model", False),
+])
+def test_which_unbound_names_may_step_an_optimizer_through_a_method_not_known(name, steps):
+    assert _steps_through_name(name) is steps

@@ -15,6 +15,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _EXPRESSION_PARTS,
     _OPAQUE_EXPRESSIONS,
     _divides,
+    _dotted,
     _index,
     _is_none,
     _kw,
@@ -40,6 +41,10 @@ from loopcheck.lint.loopmodel.torch_api import (
     is_accumulation_test,
 )
 from loopcheck.lint.loopmodel.traces import _Branch
+
+
+# methods that only read an object (`optimizer.state_dict()`, `scheduler.get_last_lr()`): calling them drives nothing
+_READ_METHODS = ("get_", "state_dict", "__repr__", "__str__")
 
 
 class BuilderCalls:
@@ -126,6 +131,10 @@ class BuilderCalls:
             return  # constructing a model / EMA class of the project is not a forward pass
         if type(func) is cst.Name and func.value in _BUILTINS:
             return
+        if type(func) is cst.Attribute and self.loop_stack and not func.attr.value.startswith(_READ_METHODS):
+            # the object, and its name as written (`optimizer` from a tuple a helper returned)
+            drives = self.loop_stack[-1].drives
+            drives.update(n for n in (self.target(func.value, frame), _dotted(func.value)) if n)
         self._escape(call, frame)
         # a forward pass: model(x)
         if type(func) in (cst.Name, cst.Attribute) and not _library_call(func, unit):

@@ -166,6 +166,12 @@ class BuilderResolution:
             if whole and whole in self.bindings and self.bindings[whole].role in (Role.MODEL, Role.EMA, Role.OPTIMIZER):
                 ev.detail["whole_object"] = whole
 
+    def _steps_through(self, name: str) -> bool:
+        """A method the model does not know, called on `name` (`optim_wrapper.update_params(loss)`),
+        may step an optimizer: `name` is one, or a scaler, by its binding or, unbound, by its name."""
+        binding = self.bindings.get(name)
+        return binding.role in _STEPPING_ROLES if binding is not None else _steps_through_name(name)
+
     def _classify_loops(self, events: list[Event]) -> None:
         has_backward: dict[int, bool] = {}
         has_forward: dict[int, bool] = {}
@@ -187,13 +193,22 @@ class BuilderResolution:
             trains = any(e.kind is EventKind.ZERO_GRAD for e in loop.all_events()) or any(
                 self.bindings[n].role in (Role.OPTIMIZER, Role.SCALER, Role.LOSS)
                 for sub in loop.walk() for n in sub.escapes if n in self.bindings
-            )
+            ) or any(self._steps_through(n) for sub in loop.walk() for n in sub.drives)
             if has_forward[id(loop)] and not has_backward[id(loop)] and not has_step[id(loop)] and not trains:
                 batch = _enclosing_batch(loop)
                 if batch is not None and not _evaluates_within(loop, batch, self.bindings):
                     continue
                 if not _runs_once(loop) and not _feeds_backward_after(loop, events):
                     loop.kind = LoopKind.EVAL
+
+
+_STEPPING_ROLES = (Role.OPTIMIZER, Role.SCALER)
+
+
+def _steps_through_name(name: str) -> bool:
+    """An unbound name that says optimizer or scaler (`optim_wrapper`); not `opt`, most often the options."""
+    last = name.rsplit(".", 1)[-1]
+    return last != "opt" and any(r in _STEPPING_ROLES and p.search(last) for r, p in _NAME_ROLES)
 
 
 def _enclosing_batch(loop: Loop) -> Loop | None:
