@@ -204,6 +204,26 @@ def test_a_loop_that_steps_through_an_optimizer_wrapper_is_training_not_evaluati
     """)
 
 
+def test_a_loop_over_what_a_network_holds_is_not_evaluation_over_data():
+    """A zero loss built from every head of a network, returned for the caller to backpropagate,
+    iterates the network's mesh names: not data. A loop over batches a network keeps still is."""
+    check("""
+        class EmbeddingLosses:
+            def zero_value(self, embedder: nn.Module):
+                parts = []
+                for mesh in embedder.mesh_names:
+                    parts.append(embedder(mesh).sum() * 0)
+                return torch.stack(parts).mean()
+
+        def validate(model, val_loader):
+            model.eval()
+            total = 0.0
+            for x, y in model.holdout_batches:
+                total += F.mse_loss(model(x), y).item()  # expect: LC302
+            return total
+    """)
+
+
 def test_no_grad_forms_are_clean():
     check("""
         @torch.no_grad()

@@ -100,7 +100,8 @@ def _evaluation_loops(model: ModuleModel, averaged: bool = False) -> Iterator[tu
     for loop in model.walk_loops():
         if loop.kind is not LoopKind.EVAL or not isinstance(loop.node, cst.For):
             continue
-        iterates_data = loop.loader is not None or bool(_DATA_ITER.search(loop.iter_text))
+        iterates_data = (loop.loader is not None and not _part_of_network(model, loop.loader)
+                         or bool(_DATA_ITER.search(loop.iter_text)))
         by_index = loop.iter_text.lstrip().startswith("range(") and loop.loader is None  # not `next(it)` per index
         if not iterates_data and not by_index and not loop.generates:
             continue
@@ -117,6 +118,13 @@ def _evaluation_loops(model: ModuleModel, averaged: bool = False) -> Iterator[tu
             ):
                 firsts[event.target or ""] = event
         yield loop, list(firsts.values())
+
+
+def _part_of_network(model: ModuleModel, name: str) -> bool:
+    """`embedder.mesh_names`, `model.blocks`: something a network holds (its layers, the names of
+    its heads or meshes), not data, when a name before the last part is a network."""
+    parts = name.split(".")
+    return any(model.role(".".join(parts[:k])) in (Role.MODEL, Role.EMA) for k in range(1, len(parts)))
 
 
 def _in_loop_body(forward: Event, loop: Loop) -> Event | CallSite:
