@@ -224,6 +224,32 @@ def test_a_loop_over_what_a_network_holds_is_not_evaluation_over_data():
     """)
 
 
+def test_a_classmethod_named_like_a_network_is_no_forward_pass():
+    """`Param.Input.model(name)` builds a description through a class of the project: no network
+    runs. A real forward in the same kind of loop still records a graph nothing uses."""
+    check("""
+        class Param:
+            class Input:
+                @classmethod
+                def model(cls, name):
+                    return {"name": name, "kind": "model"}
+
+        def describe(block):
+            fields = []
+            for name in block.component_names:
+                fields.append(Param.Input.model(name))
+            return fields
+
+        def validate(model, val_loader):
+            model.eval()
+            described = []
+            for x, y in val_loader:
+                described.append(Param.Input.model("head"))
+                described.append(model(x))  # expect: LC302
+            return described
+    """)
+
+
 def test_no_grad_forms_are_clean():
     check("""
         @torch.no_grad()

@@ -127,8 +127,8 @@ class BuilderCalls:
             return
         if self._loss_scaler_call(call, frame):
             return
-        if self._project_class(func, frame) is not None:
-            return  # constructing a model / EMA class of the project is not a forward pass
+        if self._project_class(func, frame) is not None or self._on_a_class(func, frame):
+            return  # constructing a model / EMA class of the project is not a forward pass, nor is a classmethod
         if type(func) is cst.Name and func.value in _BUILTINS:
             return
         if type(func) is cst.Attribute and self.loop_stack and not func.attr.value.startswith(_READ_METHODS):
@@ -142,6 +142,16 @@ class BuilderCalls:
             if name and name not in unit.imports:
                 self.use(name, "call", frame)
                 self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call)
+
+    def _on_a_class(self, func: cst.BaseExpression, frame: _Frame) -> bool:
+        """`Param.Input.model(name)`: a method called on a class of the project (a classmethod, a
+        staticmethod, a nested class's), not on an instance: no network runs forward."""
+        if type(func) is not cst.Attribute:
+            return False
+        root = func.value
+        while type(root) is cst.Attribute:
+            root = root.value
+        return type(root) is cst.Name and root.value not in frame.env and self._project_class(root, frame) is not None
 
     def _note_draw(self, call: cst.Call, frame: _Frame) -> None:
         """`batch = next(it)` (or `it.next()`, `it.__next__()`) on an iterator of a loader, in a
