@@ -250,6 +250,45 @@ def test_a_classmethod_named_like_a_network_is_no_forward_pass():
     """)
 
 
+def test_an_attack_whose_helpers_take_input_gradients_needs_the_graph():
+    """The loop calls a helper that runs the network through another helper and takes the
+    gradient of the loss with respect to the perturbation: the graph is what it is for. The same
+    helpers without the gradient are evaluation with recording on."""
+    check("""
+        class Attack:
+            def __init__(self, model):
+                self.model = model
+
+            def _logits(self, x, delta):
+                return self.model(x + delta)
+
+            def _loss_and_gradient(self, x, y, delta):
+                loss = F.cross_entropy(self._logits(x, delta), y)
+                return loss, torch.autograd.grad(loss, delta)[0]
+
+            def run(self, x, y, schedule):
+                self.model.eval()
+                delta = torch.zeros_like(x)
+                for step in tqdm(schedule, desc="attack"):
+                    loss, grad = self._loss_and_gradient(x, y, delta)
+                    delta = delta + 0.01 * grad.sign()
+                return delta
+
+        def _scores(model, x):
+            return model(x).softmax(-1)
+
+        def _batch_score(model, x, y):
+            return _scores(model, x).gather(1, y[:, None]).mean()
+
+        def validate(model, val_loader):
+            model.eval()
+            total = 0.0
+            for x, y in val_loader:
+                total += _batch_score(model, x, y).item()  # expect: LC302
+            return total
+    """)
+
+
 def test_no_grad_forms_are_clean():
     check("""
         @torch.no_grad()

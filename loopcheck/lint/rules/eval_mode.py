@@ -288,8 +288,18 @@ def _known_network(model: ModuleModel, name: str | None) -> bool:
     )
 
 
-def _function_source(event: Event) -> str:
-    """The source of the function the event is written in ("" when unknown)."""
+def _helpers_on_the_way(forward: Event, loop: Loop) -> Iterator[str]:
+    """The sources of the helpers the loop calls on its way to `forward` (`_forward_and_gradient`
+    that takes `torch.autograd.grad` of what its own helper `_forward` computed)."""
+    if len(forward.via) <= len(loop.via):
+        return
+    for site in forward.via[len(loop.via) + 1:]:
+        yield _function_source(site)
+    yield _function_source(forward)
+
+
+def _function_source(event: Event | CallSite) -> str:
+    """The source of the function the event (or call) is written in ("" when unknown)."""
     if event.module is None:
         return ""
     parents = module_nodes(event.module)[1]
@@ -547,7 +557,8 @@ class EvalWithoutNoGrad(Rule):
             forward = forwards[0]
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
                 continue  # a library's `generate` turns recording off itself
-            if _NEEDS_GRAPH.search(_loop_source(ctx, loop)):
+            if _NEEDS_GRAPH.search(_loop_source(ctx, loop)) or any(
+                    _NEEDS_GRAPH.search(source) for source in _helpers_on_the_way(forward, loop)):
                 continue
             yield self.finding(
                 ctx,
