@@ -132,9 +132,9 @@ class BuilderCalls:
         if type(func) is cst.Name and func.value in _BUILTINS:
             return
         if type(func) is cst.Attribute and self.loop_stack and not func.attr.value.startswith(_READ_METHODS):
-            # the object, and its name as written (`optimizer` from a tuple a helper returned)
-            drives = self.loop_stack[-1].drives
-            drives.update(n for n in (self.target(func.value, frame), _dotted(func.value)) if n)
+            driven = _dotted(func.value)  # as written (`optimizer` from a tuple a helper returned)
+            if driven:
+                self.loop_stack[-1].drives.add(driven)
         self._escape(call, frame)
         # a forward pass: model(x)
         if type(func) in (cst.Name, cst.Attribute) and not _library_call(func, unit):

@@ -172,7 +172,7 @@ class Loop(_Placed):
     # canonical names passed to calls the model could not follow (an unknown helper may reset or
     # step them): rules that need to see every use of an object stay silent when it escapes
     escapes: set[str] = field(default_factory=set)
-    # canonical names whose methods the model does not know are called in it (`optim_wrapper.update_params(loss)`):
+    # names, as written, whose methods the model does not know are called in it (`optim_wrapper.update_params(loss)`):
     # an optimizer's such call may step it, so the loop may train
     drives: set[str] = field(default_factory=set)
 
