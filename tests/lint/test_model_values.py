@@ -322,24 +322,29 @@ def test_a_spawned_or_threaded_function_runs_with_the_callers_objects() -> None:
     assert found(unknown_args, "LC202") == set()  # which objects it gets is not known: silent
 
 
+def _scheduler_line(source: str) -> int:
+    """The line of the caller's own `scheduler.step()` (the worker's carries an expect mark)."""
+    lines = source.splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.strip() == "scheduler.step()" and "expect" not in line)
+
+
 def test_a_partial_or_a_lambda_runs_what_it_wraps() -> None:
-    partial = callable_values("main", """\
-        step = functools.partial(one_step, model=model, optimizer=optimizer)
-        for epoch in range(10):
-            for x in loader:
-                step(x)
-            scheduler.step()""")
-    lines = partial.splitlines()
-    at = next(i for i, line in enumerate(lines, 1) if line.strip() == "scheduler.step()" and "expect" not in line)
-    assert found(partial, "LC202") == {(at, "LC202")}
+    # a lambda's parameter takes the argument it is called with; its other names are the caller's
+    for built in ("functools.partial(one_step, model=model, optimizer=optimizer)",
+                  "lambda batch: one_step(batch, model, optimizer)"):
+        source = callable_values("main", f"""\
+            step = {built}
+            for epoch in range(10):
+                for x in loader:
+                    step(x)
+                scheduler.step()""")
+        assert found(source, "LC202") == {(_scheduler_line(source), "LC202")}, built
     lam = callable_values("main", """\
         run = lambda: epoch_of(model, loader, optimizer)
         for epoch in range(10):
             run()
             scheduler.step()""")
-    lines = lam.splitlines()
-    at = next(i for i, line in enumerate(lines, 1) if line.strip() == "scheduler.step()" and "expect" not in line)
-    assert found(lam, "LC202") == {(at, "LC202")}
+    assert found(lam, "LC202") == {(_scheduler_line(lam), "LC202")}
     per_step = callable_values("main", """\
         step = functools.partial(one_step, model=model, optimizer=optimizer)
         for epoch in range(10):
@@ -361,17 +366,8 @@ def test_a_function_mapped_over_items_runs_with_the_callers_objects() -> None:
 
 
 def test_a_lambda_with_parameters_runs_its_body_with_them_bound() -> None:
-    """A lambda's parameters take the arguments it is called with; its other names are those of
-    the function it runs in (`model`, `optimizer` below)."""
-    named = callable_values("main", """\
-        step = lambda batch: one_step(batch, model, optimizer)
-        for epoch in range(10):
-            for x in loader:
-                step(x)
-            scheduler.step()""")
-    lines = named.splitlines()
-    at = next(i for i, line in enumerate(lines, 1) if line.strip() == "scheduler.step()" and "expect" not in line)
-    assert found(named, "LC202") == {(at, "LC202")}
+    """A lambda's parameters take the arguments it is called with, by position or keyword, or
+    their defaults; its other names are those of the function it runs in (`model`, `optimizer`)."""
     by_keyword = callable_values("main", """\
         train = lambda rank, sched=None: worker(rank, model, loader, optimizer, sched)
         train(0, sched=scheduler)""")
