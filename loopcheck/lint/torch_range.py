@@ -3,11 +3,14 @@
 Looked up at the project root: `pyproject.toml`, `setup.py`, `setup.cfg` and `requirements*.txt`
 (also under `requirements/`). Every requirement on `torch` found there is read
 (`torch>=1.13`, `torch==2.1.0`, `"torch"`, poetry's `torch = "^2.1"`); the lowest version any of
-them admits is the floor. A requirement without a lower bound admits every version.
+them admits is the floor. A requirement without a lower bound admits every version. In `setup.py`
+only strings that are items of a list, tuple or set count: a bare `"torch"` is as often the key
+of a table of requirements (`deps_list("torch", "accelerate")`, `extras["torch"]`) as one itself.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -21,8 +24,10 @@ _LINE = re.compile(rf"^\s*torch{_EXTRAS}\s*{_SPEC}\s*(?:[;#].*)?$", re.M)
 _QUOTED = re.compile(rf"[\"']torch{_EXTRAS}\s*{_SPEC}\s*(?:;[^\"']*)?[\"']")
 # poetry: torch = "^2.1"
 _POETRY = re.compile(r"^\s*torch\s*=\s*[\"'](?P<spec>[^\"']*)[\"']", re.M)
-_PATTERNS = {".txt": (_LINE,), ".cfg": (_LINE,), ".toml": (_QUOTED, _POETRY), ".py": (_QUOTED,)}
+_PATTERNS = {".txt": (_LINE,), ".cfg": (_LINE,), ".toml": (_QUOTED, _POETRY)}  # setup.py: `_listed_specs`
 _CLAUSE = re.compile(r"([<>=!~^]=?)\s*(\d+(?:\.\d+)*)")
+# one requirement string on torch, whole (an item of setup.py's lists)
+_REQUIREMENT = re.compile(rf"\s*torch{_EXTRAS}\s*{_SPEC}\s*(?:;.*)?", re.S)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -56,9 +61,30 @@ def declared_floor(root: Path) -> tuple[int, ...] | None:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
+        if path.suffix == ".py":
+            floors.extend(_floor_of(spec) for spec in _listed_specs(text))
+            continue
         for pattern in _PATTERNS.get(path.suffix, ()):
             floors.extend(_floor_of(m.group("spec") or "") for m in pattern.finditer(text))
     return min(floors) if floors else None
+
+
+def _listed_specs(source: str) -> list[str]:
+    """The version specifiers of the torch requirements a `setup.py` lists (strings that are items
+    of a list, tuple or set); every quoted one when the file does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return [m.group("spec") or "" for m in _QUOTED.finditer(source)]
+    specs = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            for item in node.elts:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    found = _REQUIREMENT.fullmatch(item.value)
+                    if found:
+                        specs.append(found.group("spec") or "")
+    return specs
 
 
 def floor_text(floor: tuple[int, ...]) -> str:

@@ -523,6 +523,34 @@ def test_torch_load_without_weights_only_is_reported():
     assert lc5(src) == [(4, "LC508"), (7, "LC508")]
 
 
+SETUP_WITH_A_TABLE = """
+from setuptools import setup
+
+_deps = ["numpy", "torch>=2.6", "torchvision", "accelerate>=0.31.0"]
+deps = {{name.split(">")[0]: name for name in _deps}}
+
+def deps_list(*names):
+    return [deps[name] for name in names]
+
+extras = {{}}
+extras["torch"] = deps_list("torch", "accelerate")
+setup(name="pkg", install_requires=[deps["numpy"]], extras_require=extras{more})
+"""
+
+
+@pytest.mark.parametrize(("more", "severity"), [
+    ("", None),  # torch>=2.6: the default is weights_only=True, nothing to say
+    (', tests_require=["torch"]', "warning"),  # a bare requirement in a list admits any version
+])
+def test_a_setup_py_table_of_requirements_is_read_for_its_torch_floor(tmp_path: Path, more, severity):
+    """`"torch"` as a key of the requirements table (`deps_list("torch")`, `extras["torch"]`) is no
+    requirement; `"torch>=2.6"` in the table is."""
+    (tmp_path / "setup.py").write_text(SETUP_WITH_A_TABLE.format(more=more))
+    (tmp_path / "resume.py").write_text("import torch\n\nstate = torch.load(path)\n")
+    report = lint_paths([tmp_path], select=["LC508"])
+    assert [f.severity.value for f in report.findings] == ([severity] if severity else [])
+
+
 def test_other_load_functions_are_not_torch_load():
     src = """
     import json
