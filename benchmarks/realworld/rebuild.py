@@ -2,7 +2,8 @@
 
 For each repository of repos.toml, the tree of the pinned commit is read from the mirror and only
 the `*.py` files under the listed paths (minus the excluded prefixes), and the project's requirement
-files at its root (they declare the torch range some rules read), are written to
+files at its root (`pyproject.toml`, `setup.cfg`, `setup.py`, `requirements*.txt`: they declare the
+torch range some rules read), are written to
 OUT/<owner>+<name>/. Nothing is downloaded here: a missing mirror is reported with the command
 that gets it. The scratch folder lives outside the project; its files are never committed.
 
@@ -43,13 +44,13 @@ def _excluded(path: str, prefix: str) -> bool:
 
 
 # requirement files at the repository root: loopcheck reads the declared torch range from them
-_ROOT_REQUIREMENTS = ("pyproject.toml", "setup.cfg", "requirements.txt", "requirements")
+_ROOT_REQUIREMENTS = ("pyproject.toml", "setup.cfg", "setup.py", "requirements.txt", "requirements")
 
 
 def _requirement_file(path: str) -> bool:
     parts = path.split("/")
     if len(parts) == 1:
-        return parts[0] in ("pyproject.toml", "setup.cfg") or (parts[0].startswith("requirements") and parts[0].endswith(".txt"))
+        return parts[0] in ("pyproject.toml", "setup.cfg", "setup.py") or (parts[0].startswith("requirements") and parts[0].endswith(".txt"))
     return len(parts) == 2 and parts[0] == "requirements" and parts[1].endswith(".txt")
 
 
