@@ -162,7 +162,8 @@ def _git(*args: str, cwd: Path) -> str:
 def test_rebuild_writes_only_python_files_of_the_listed_paths(tmp_path: Path, capsys) -> None:
     work = tmp_path / "work"
     for rel, text in {"examples/train.py": "x = 1\ny = 2\n", "examples/data.csv": "a,b\n",
-                      "examples/tests/test_it.py": "pass\n", "lib/core.py": "pass\n"}.items():
+                      "examples/tests/test_it.py": "pass\n", "lib/core.py": "pass\n",
+                      "setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.1'])\n"}.items():
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_text(text)
     _git("init", "-q", cwd=work)
@@ -181,9 +182,10 @@ def test_rebuild_writes_only_python_files_of_the_listed_paths(tmp_path: Path, ca
 
     assert code == 1  # one mirror is missing
     built = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert built == ["acme+trainer/examples/train.py", "acme+trainer/setup.cfg"]  # the root marker of a clone
+    # the root marker of a clone, and the root setup.py: it declares the torch range
+    assert built == ["acme+trainer/examples/train.py", "acme+trainer/setup.cfg", "acme+trainer/setup.py"]
     captured = capsys.readouterr()
-    assert "1 files       2 lines" in captured.out
+    assert "2 files       4 lines" in captured.out  # (setup.py is linted too)
     assert "MISSING acme/absent" in captured.err
     assert "git clone --bare https://github.com/acme/absent.git" in captured.err
 
