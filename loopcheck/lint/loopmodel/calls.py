@@ -36,7 +36,7 @@ from loopcheck.lint.loopmodel.torch_api import (
     WRAPPERS,
     _BUILTINS,
     _MOVE_METHODS,
-    _NAME_ROLES,
+    _named_as,
     _PARAM_METHODS,
     is_accumulation_test,
 )
@@ -460,12 +460,6 @@ class BuilderCalls:
                 if name in self.param_owner and self.param_owner[name]:
                     self.frozen.add(self.param_owner[name])  # type: ignore[arg-type]
         return True
-
-
-def _named_as(name: str, role: Role) -> bool:
-    """The last part of a name says the role (`self.policy_model`, `net`)."""
-    last = name.rsplit(".", 1)[-1]
-    return any(r is role and p.search(last) for r, p in _NAME_ROLES)
 
 
 def _library_call(func: cst.Name | cst.Attribute, unit) -> bool:

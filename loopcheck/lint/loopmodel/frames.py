@@ -43,6 +43,11 @@ class _Frame:
         # merged with it once the `if` is left
         self.rebound: list[tuple[str, "_Dict | None"]] = []
 
+    def carry(self, caller: "_Frame") -> None:
+        """The caller's grad mode, autocast and accumulation context hold in this call too."""
+        self.no_grad, self.autocast, self.grad_conditional = caller.no_grad, caller.autocast, caller.grad_conditional
+        self.synced = caller.synced
+
 
 class _Dict:
     """What is known about a dict being built for torch.save."""

@@ -216,8 +216,8 @@ class BuilderInlining:
             if type(star) is cst.Param:
                 env[star.name.value] = star.name.value
         inner = _Frame(frame.unit, env, frame.cls, frame.via, frame.depth, frame.stack + (lam,), frame.name, frame.self_cls)
-        inner.local_funcs, inner.synced = frame.local_funcs, frame.synced
-        inner.no_grad, inner.autocast, inner.grad_conditional = frame.no_grad, frame.autocast, frame.grad_conditional
+        inner.local_funcs = frame.local_funcs
+        inner.carry(frame)
         self.walk_expr(lam.body, inner)
         return True
 
@@ -282,8 +282,7 @@ class BuilderInlining:
             named = {p.name.value for p in all_params}
             extra = positional[len(params):] + [a for k, a in keywords.items() if k not in named]
             inner.forwarded = (frame, call, extra)
-        inner.no_grad, inner.autocast, inner.grad_conditional = frame.no_grad, frame.autocast, frame.grad_conditional
-        inner.synced = frame.synced
+        inner.carry(frame)
         self.blocks.append([])
         try:
             self._decorators(fdef, inner)

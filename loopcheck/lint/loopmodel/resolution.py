@@ -18,7 +18,7 @@ from loopcheck.lint.loopmodel.facts import (
     SchedulerCadence,
 )
 from loopcheck.lint.loopmodel.nodes import FUNCTION_VALUE, _split_of, written
-from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, INFERENCE_PIPELINES, _NAME_ROLES, is_lr_step_call
+from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, INFERENCE_PIPELINES, _NAME_ROLES, _named_as, is_lr_step_call
 from loopcheck.lint.loopmodel.traces import _expand, feasible
 from loopcheck.lint.syntax import walk_pruned
 
@@ -207,8 +207,7 @@ _STEPPING_ROLES = (Role.OPTIMIZER, Role.SCALER)
 
 def _steps_through_name(name: str) -> bool:
     """An unbound name that says optimizer or scaler (`optim_wrapper`); not `opt`, most often the options."""
-    last = name.rsplit(".", 1)[-1]
-    return last != "opt" and any(r in _STEPPING_ROLES and p.search(last) for r, p in _NAME_ROLES)
+    return name.rsplit(".", 1)[-1] != "opt" and any(_named_as(name, role) for role in _STEPPING_ROLES)
 
 
 def _enclosing_batch(loop: Loop) -> Loop | None:

@@ -99,6 +99,13 @@ _NAME_ROLES: tuple[tuple[Role, re.Pattern[str]], ...] = (
         r"classifier|net_?[dg]|model_?[a-z0-9]|model_\w+|\w+_model|\w+_net)$")),
 )
 
+
+def _named_as(name: str, role: Role) -> bool:
+    """The last part of a name says the role (`self.policy_model`, `net`)."""
+    last = name.rsplit(".", 1)[-1]
+    return any(r is role and p.search(last) for r, p in _NAME_ROLES)
+
+
 _ANNOTATION_ROLES = (
     (re.compile(r"(^|\.)(_?LRScheduler|ReduceLROnPlateau|LambdaLR|OneCycleLR)$"), Role.SCHEDULER),
     (re.compile(r"(^|\.)Optimizer$"), Role.OPTIMIZER),

@@ -504,7 +504,7 @@ class NonFiniteDetector(Detector):
             self._let_go()
         if opt is None and self._outputs:
             self._reduce_held()
-        elif opt is not None and not (self._fwd or self._bwd or self._eager_state) and self._finite_now(opt):
+        elif opt is not None and not (self._fwd or self._bwd or self._eager_state) and self._judged_finite(opt):
             self._arm_if_due(probe.loss_read.get(opt) is not None)
             self._clear()  # the held inputs and outputs are let go at once
             return None
@@ -550,7 +550,7 @@ class NonFiniteDetector(Detector):
                 self._arm()
             self._folded = True
 
-    def _finite_now(self, opt: int) -> bool:
+    def _judged_finite(self, opt: int) -> bool:
         """A CPU step whose loss and gradient check were read as numbers, all finite: no block is
         needed (the sentinel, which judges them at this step, will not trip on them). Not after a
         first incident, whose later steps are counted from their blocks at the samples."""
