@@ -159,6 +159,35 @@ def test_hf_style_output_loss_is_followed():
     """)
 
 
+def test_name_rebound_to_a_number_after_backward_is_no_loss():
+    # the back-propagated name later takes the validation number for early stopping: that number
+    # is no loss tensor; an alias made before backward still is one
+    check("""
+        def train(model, feats, targets, opt, epochs, n_train):
+            history = {"train": [], "val": [], "out": []}
+            for epoch in range(epochs):
+                for start in range(0, n_train, 100):
+                    out = model(feats[start:start + 100])
+                    result = {"loss": F.mse_loss(out, targets[start:start + 100])}
+                    loss = result["loss"]
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    history["out"].append(result["loss"])  # expect: LC601
+                with torch.no_grad():
+                    out = model(feats)
+                train_loss = F.mse_loss(out[:n_train], targets[:n_train]).item()
+                if n_train < len(feats):
+                    val_loss = F.mse_loss(out[n_train:], targets[n_train:]).item()
+                    loss = val_loss
+                else:
+                    val_loss = 0
+                    loss = train_loss
+                history["train"].append(train_loss)
+                history["val"].append(val_loss)
+    """)
+
+
 def test_list_reset_inside_the_iteration_is_fine():
     check("""
         def train(model, loader, opt, criterion, log_every=50):

@@ -654,11 +654,7 @@ def _kept_losses(
     body = [n for n in index.scoped(loop.body) if type(n) in _BODY]
     targets = {_key(e) for n in body if type(n) is cst.Call for e in _backward_inputs(n)}
     targets.discard("")
-    # `loss = out["loss"]; loss.backward()`: `out["loss"]` is the loss too
-    for n in body if targets else ():
-        if type(n) is cst.Assign and len(n.targets) == 1 and _key(n.targets[0].target) in targets:
-            if isinstance(n.value, (cst.Name, cst.Attribute, cst.Subscript)):
-                targets.add(_key(n.value))
+    targets |= _back_propagated_aliases(body, targets) if targets else set()
     tracker = _LossTracker(flow, index, targets)
     spared: set[str] | None = None
 
@@ -704,6 +700,24 @@ def _kept_losses(
                 if loss is not None:
                     yield n, _key(holder), _key(loss)
                     break
+
+
+def _back_propagated_aliases(body: list[cst.CSTNode], targets: set[str]) -> set[str]:
+    """`loss = out["loss"]; loss.backward()`: `out["loss"]` is the loss too. Only what a name
+    holds when backward runs on it counts: `loss = val_loss` after the backward (the number early
+    stopping compares) makes no loss of `val_loss`. `body` is in source order; every value assigned
+    since the previous backward on the name counts (the branches of an `if` before it)."""
+    pending: dict[str, list[str]] = {}
+    found: set[str] = set()
+    for n in body:
+        if type(n) is cst.Assign and len(n.targets) == 1:
+            name = _key(n.targets[0].target)
+            if name in targets and isinstance(n.value, (cst.Name, cst.Attribute, cst.Subscript)):
+                pending.setdefault(name, []).append(_key(n.value))
+        elif type(n) is cst.Call:
+            for tensor in _backward_inputs(n):
+                found.update(pending.pop(_key(tensor), ()))
+    return found
 
 
 _DETACHED_TEXT = re.compile(r"\.data\b|\.item\(\)|\.detach\(\)|\.tolist\(\)|\bfloat\(")
