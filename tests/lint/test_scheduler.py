@@ -101,6 +101,58 @@ def test_scheduler_before_scaler_step():
     """))
 
 
+def test_a_branch_on_the_class_of_the_scheduler_narrows_it():
+    # under `isinstance(scheduler, WarmRestarts)` the object is that plain class of the project,
+    # whose `step()` only computes the next rate (`apply` sets it): no torch schedule is stepped early.
+    # The other branch's torch scheduler, stepped at the top of the epoch, still is
+    check(script("""
+        import math
+
+        class WarmRestarts:
+            def __init__(self, top, bottom, period):
+                self.top, self.bottom, self.period, self.t, self.lr = top, bottom, period, 0, top
+
+            def step(self):
+                self.t += 1
+                self.lr = self.bottom + 0.5 * (self.top - self.bottom) * (1 + math.cos(math.pi * self.t / self.period))
+
+            def apply(self, optimizer):
+                for group in optimizer.param_groups:
+                    group["lr"] = self.lr
+
+        def train(model, loader, optimizer, scheduler, epochs):
+            for epoch in range(epochs):
+                if not isinstance(scheduler, WarmRestarts):
+                    scheduler.step()  # expect: LC201
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(x), y)
+                    if isinstance(scheduler, WarmRestarts):
+                        scheduler.step()
+                        scheduler.apply(optimizer)
+                    loss.backward()
+                    optimizer.step()
+    """))
+
+
+def test_a_branch_on_a_torch_schedule_class_still_steps_a_torch_schedule():
+    check(script("""
+        class Warmup(torch.optim.lr_scheduler.LambdaLR):
+            def __init__(self, optimizer, steps):
+                super().__init__(optimizer, lambda s: min(1.0, (s + 1) / steps))
+
+        def train(model, loader, optimizer, scheduler):
+            for x, y in loader:
+                if isinstance(scheduler, (Warmup, torch.optim.lr_scheduler.OneCycleLR)):
+                    scheduler.step()  # expect: LC201
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+                if isinstance(scheduler, Warmup):
+                    scheduler.step()
+    """))
+
+
 def test_scheduler_after_the_optimizer_is_clean_at_both_levels():
     check(script("""
         def train(model, loader, epochs):

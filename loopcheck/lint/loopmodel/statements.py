@@ -22,7 +22,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _yielded_param,
 )
 from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
-from loopcheck.lint.loopmodel.units import _constant_truth
+from loopcheck.lint.loopmodel.units import _Class, _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 from loopcheck.lint.positions import node_code
 from loopcheck.lint.syntax import walk
@@ -103,7 +103,21 @@ class BuilderStatements:
         accumulation = is_accumulation_test(text) or self._accumulation_flag(stmt.test, frame)
         frame.branches += 1
         try:
-            body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
+            narrowed = self._narrowed(stmt.test, frame)
+            if narrowed is None:
+                body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
+            else:
+                name, cls = narrowed
+                held = self.instances.get(name)
+                self.instances[name] = cls
+                try:
+                    body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
+                finally:
+                    if self.instances.get(name) is cls:  # (unless the branch bound the name anew)
+                        if held is None:
+                            del self.instances[name]
+                        else:
+                            self.instances[name] = held
             negated = Guard(text, accumulation, negated=True)
             self.blocks.append([])
             self.guards.append(negated)
@@ -120,6 +134,21 @@ class BuilderStatements:
         if frame.rebound:
             self._merge_rebound(frame)
         self.block.append(_Branch([body, other]))
+
+    def _narrowed(self, test: cst.BaseExpression, frame: _Frame) -> tuple[str, _Class] | None:
+        """`isinstance(scheduler, WarmRestarts)` with a plain class of the project (no optimizer,
+        scheduler, model or EMA by its bases): in that branch the name is an instance of it, whose
+        methods are followed instead of read as torch's (`scheduler.step()` steps no torch schedule)."""
+        if (type(test) is not cst.Call or type(test.func) is not cst.Name or test.func.value != "isinstance"
+                or "isinstance" in frame.env or len(test.args) != 2 or any(a.keyword or a.star for a in test.args)):
+            return None
+        obj, kind = test.args[0].value, test.args[1].value
+        if type(obj) not in (cst.Name, cst.Attribute) or type(kind) not in (cst.Name, cst.Attribute):
+            return None
+        name, cls = self.canon(obj, frame), frame.unit.lookup_class(_dotted(kind) or "")
+        if name is None or cls is None or cls.kind() is not None:
+            return None
+        return name, cls
 
     def _merge_rebound(self, frame: _Frame) -> None:
         """After an `if` whose branch bound a dict to a name that held something before: either
