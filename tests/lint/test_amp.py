@@ -343,6 +343,37 @@ def test_one_update_for_two_optimizers_is_clean():
     assert lc4(src) == []
 
 
+def test_step_method_over_its_optimizers_leaves_the_iteration_to_its_caller():
+    # a wrapper's per-batch method: the loop only walks the optimizers, each stepped once, then
+    # one update; the batch loop is the caller's. A loop that steps the same optimizer again is not
+    src = """
+    import torch
+
+    class Optimizers:
+        def __init__(self, optimizers, scaler, accum=1):
+            self.optimizers = optimizers
+            self.scaler = scaler
+            self.accum = accum
+
+        def step(self, loss, global_step):
+            self.scaler.scale(loss).backward()
+            if (global_step + 1) % self.accum == 0:
+                for optimizer in self.optimizers:
+                    self.scaler.unscale_(optimizer)
+                for optimizer in self.optimizers:
+                    self.scaler.step(optimizer)
+                self.scaler.update()
+                for optimizer in self.optimizers:
+                    optimizer.zero_grad(set_to_none=True)
+
+        def step_twice(self, loss, optimizer):
+            self.scaler.scale(loss).backward()
+            for _ in range(2):
+                self.scaler.step(optimizer)
+    """
+    assert lc4(src) == [(23, "LC403")]
+
+
 def test_step_and_update_under_accumulation_guard_are_clean():
     src = """
     import torch

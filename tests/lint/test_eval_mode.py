@@ -360,6 +360,43 @@ def test_validation_switches_to_eval_and_training_is_never_switched_back():
     """)
 
 
+POLICY_TRAINER = """
+class PolicyTrainer:
+    def __init__(self, policy, optimizer, value_coef=0.5):
+        self.policy = policy
+        self.optimizer = optimizer
+        self.value_coef = value_coef
+
+    @torch.no_grad()
+    def rollout(self, prompts):
+        self.policy.eval()  # expect: LC303
+        return [self.policy(p) for p in prompts]
+
+    def train(self, prompt_batches, epochs):
+        for batch in prompt_batches:
+            rollouts = self.rollout(batch)
+            for epoch in range(epochs):
+                for r in rollouts:
+                    loss = self.policy(r).mean()
+                    loss.backward()
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+"""
+
+
+def test_a_network_never_put_in_train_mode_is_a_warning():
+    # handed in and never switched to train mode: kept in eval mode on purpose (an RL policy
+    # trained without dropout) or loaded so; with a `train()` somewhere, training wants train mode
+    check(POLICY_TRAINER)
+    found = _support.findings(HEAD + POLICY_TRAINER, "LC303")
+    assert [f.severity.name for f in found] == ["WARNING"]
+    assert "never puts `self.policy` in train mode" in found[0].message
+    switched = POLICY_TRAINER.replace(
+        "        for batch in prompt_batches:\n", "        self.policy.train()\n        for batch in prompt_batches:\n")
+    found = _support.findings(HEAD + switched, "LC303")
+    assert [f.severity.name for f in found] == ["ERROR"] and "never puts" not in found[0].message
+
+
 def test_periodic_validation_inside_the_batch_loop():
     check("""
         def fit(model, train_loader, val_loader, epochs, eval_every=500):

@@ -312,7 +312,8 @@ class BuilderInlining:
                 continue
             target = self.target(arg, frame)
             if target:
-                self.event(EventKind.FORWARD, target, call, frame, pending="forward", call=call)
+                # `unseen`: the helper's body, which may switch modes or turn recording off, was not walked
+                self.event(EventKind.FORWARD, target, call, frame, pending="forward", call=call, unseen=True)
                 return
 
     def _decorators(self, fdef: cst.FunctionDef, frame: _Frame) -> None:

@@ -71,6 +71,20 @@ def iteration_loop(loop: Loop) -> Loop:
     return loop
 
 
+def item_names(loop: Loop) -> set[str]:
+    """The names a `for` loop binds to each item (`for opt in optimizers:` -> {"opt"}); none for `while`."""
+    node = loop.node
+    return _bound_names(node.target) if isinstance(node, cst.For) else set()
+
+
+def _bound_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for el in target.elements for n in _bound_names(el.value)}
+    return set()
+
+
 def outermost(loop: Loop) -> Loop:
     while loop.parent is not None:
         loop = loop.parent

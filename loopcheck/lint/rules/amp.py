@@ -15,10 +15,10 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from loopcheck.findings import Finding
-from loopcheck.lint.loopmodel import Event, EventKind, Loop, Role
+from loopcheck.lint.loopmodel import Event, EventKind, Loop, LoopKind, Role
 from loopcheck.lint.positions import node_code, node_span
 from loopcheck.lint.rules._display import at, shown
-from loopcheck.lint.rules._shared import Trace, iteration_loop, nodes_of, whole_word
+from loopcheck.lint.rules._shared import Trace, item_names, iteration_loop, nodes_of, whole_word
 from loopcheck.lint.rules.base import FileContext, Rule
 from loopcheck.lint.values import ModuleIndex, dotted, index_for
 
@@ -172,6 +172,8 @@ class ScalerUpdateMissing(Rule):
             if step.kind is not K.SCALER_STEP or step.loop is None:
                 continue
             loop = iteration_loop(step.loop)
+            if _steps_each_item(step, loop):
+                continue  # `for optimizer in self.optimizers: scaler.step(optimizer)`: the iteration is the caller's
             scaler = step.target
             inside = {id(inner) for inner in loop.walk()}
             if any(
@@ -190,6 +192,15 @@ class ScalerUpdateMissing(Rule):
                 f"the next `{name}.step` raises 'step() has already been called since the last "
                 f"update()'; call `{name}.update()` after the last `{name}.step` of the iteration",
             )
+
+
+def _steps_each_item(step: Event, loop: Loop) -> bool:
+    """The loop, no batch loop, walks a collection and steps each item once (`for optimizer in
+    self.optimizers: self.scaler.step(optimizer)`, then one `update()` after it): each iteration
+    steps another optimizer, so no step follows another without an update."""
+    if loop.kind is LoopKind.BATCH:
+        return False
+    return step.detail.get("optimizer") in item_names(loop)
 
 
 def _opaque_in(trace: Trace, loop: Loop) -> bool:

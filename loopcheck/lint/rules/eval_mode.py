@@ -17,7 +17,7 @@ import libcst as cst
 from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
 from loopcheck.lint.positions import node_code
-from loopcheck.lint.rules._shared import Trace, exclusive, guard_key, inside, outermost
+from loopcheck.lint.rules._shared import Trace, exclusive, guard_key, inside, item_names, outermost
 from loopcheck.lint.rules._display import at as cited
 from loopcheck.lint.rules.base import FileContext, Rule, module_nodes
 from loopcheck.lint.syntax import walk
@@ -171,8 +171,8 @@ def _full_batch_evaluations(model: ModuleModel, trained: set[str], recording: bo
     of a generator from its fixed input, `netG(fixed_noise)`, count as well)."""
     for event in model.events:
         loop = event.loop
-        if loop is None or event.no_grad is recording:
-            continue
+        if loop is None or event.no_grad is recording or event.detail.get("unseen"):
+            continue  # (a helper past the inlining depth may switch modes and recording itself)
         periodic = loop.kind is LoopKind.BATCH and any("%" in g.text and not g.negated for g in event.guards)
         if loop.kind is not LoopKind.EPOCH and not periodic:
             continue
@@ -248,6 +248,8 @@ def _evaluation_calls(model: ModuleModel, trained: set[str]) -> Iterator[tuple[L
         loop = event.loop
         if loop is None or loop.kind not in (LoopKind.BATCH, LoopKind.EPOCH) or event.kind is not K.FORWARD:
             continue
+        if event.detail.get("unseen"):
+            continue  # the evaluation runs in a helper past the inlining depth: its modes are not seen
         depth = len(loop.via)
         if len(event.via) <= depth or event.via[:depth] != loop.via:
             continue
@@ -317,21 +319,12 @@ def _function_source(event: Event | CallSite) -> str:
 def _network_of_the_loop(model: ModuleModel, loop: Loop, forward: Event) -> bool:
     """The network run is what the loop iterates (`for block in self.blocks: x = block(x)`) or is
     built in its body (one model per config in a smoke test): not evaluation over data."""
-    node = loop.node
-    if isinstance(node, cst.For) and forward.target in _names_in(node.target):
+    if forward.target in item_names(loop):
         return True
     binding = model.bindings.get(forward.target or "")
     if binding is None or binding.line is None or binding.path != loop.path:
         return False
     return loop.line <= binding.line <= loop.end_line
-
-
-def _names_in(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for el in target.elements for n in _names_in(el.value)}
-    return set()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,7 +619,7 @@ def _frozen_forwards(ctx: FileContext) -> Iterator[tuple[Loop, Event]]:
         node = event.node
         args = node.args if isinstance(node, cst.Call) else ()
         names = {n for a in args for n in _plain_names(a.value)}
-        if not args or not names or not names <= _names_in(loop.node.target):
+        if not args or not names or not names <= item_names(loop):
             continue  # run on something computed (a generator's output): gradients may need to flow through it
         seen.add((id(loop), target))
         yield loop, event
@@ -692,14 +685,25 @@ class TrainModeNotRestored(Rule):
                     # are not two handles of one)
                 if later.kind is K.BACKWARD and not _only_with_graph(later):
                     where = "epoch" if loop.kind is not LoopKind.BATCH else "batch"
+                    # that training wants train mode shows in a `train()` on the network somewhere,
+                    # or in its constructor (a network starts in train mode); a network handed in
+                    # and never switched to it may be trained in eval mode on purpose (an RL policy
+                    # kept without dropout) or come in eval mode (a pretrained checkpoint)
+                    wanted = _built_here(model, target) or any(
+                        e.kind is K.TRAIN_MODE and _same_model(e.target, target) for e in model.events)
+                    # the training loop's file holds the defect: a loop of another module (reached
+                    # through a call of this one) is reported there, once, not at each caller
                     yield self.finding(
                         ctx,
-                        _in_file(event, event, ctx.path),
+                        _in_file(event, event, loop.path),
                         f"`{target}.eval()` "
-                        + (f"({cited(event)}, reached from this call) " if event.path != ctx.path else "")
+                        + (f"({cited(event)}, reached from this call) " if event.path != loop.path else "")
                         + f"in the {where} loop is never undone: the next backward "
                         f"({cited(later)}) trains `{target}` in eval mode, with dropout off and "
-                        f"BatchNorm statistics frozen; call `{target}.train()` before training resumes",
+                        f"BatchNorm statistics frozen; call `{target}.train()` before training resumes"
+                        + ("" if wanted else f" (the code read never puts `{target}` in train mode: if it "
+                                             "trains in eval mode on purpose, suppress this)"),
+                        severity=None if wanted else Severity.WARNING,
                     )
                     break
 
