@@ -230,6 +230,38 @@ def test_gan_with_two_optimizers_and_model_resets_is_clean() -> None:
     """) == []
 
 
+INFO_GAN = """
+    import itertools
+    import torch
+    def train(gen, disc, loader, epochs):
+        opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4)
+        opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4)
+        opt_info = torch.optim.Adam(itertools.chain(gen.parameters(), disc.parameters()), lr=2e-4)
+        for epoch in range(epochs):
+            for x, code in loader:
+                z = torch.randn(x.size(0), 62)
+                opt_d.zero_grad()
+                d_loss = disc(gen(z, code).detach())[0].mean() - disc(x)[0].mean()
+                d_loss.backward()
+                opt_d.step()
+                opt_g.zero_grad()
+                score, guess = disc(gen(z, code))
+                (-score.mean()).backward(retain_graph=True)
+                opt_g.step()
+                info_loss = torch.nn.functional.mse_loss(guess, code)
+                info_loss.backward()
+                opt_info.step()
+"""
+
+
+def test_an_optimizer_whose_networks_the_others_reset_is_reset() -> None:
+    # InfoGAN's information term: its optimizer updates both networks, whose gradients the
+    # generator's and the discriminator's own resets clear each iteration. With one of them
+    # never reset, the sum does run across iterations
+    assert lc1(INFO_GAN) == []
+    assert lc1(INFO_GAN.replace("opt_d.zero_grad()", "pass")) == [(14, "LC101"), (21, "LC101")]
+
+
 def test_resetting_the_other_optimizer_between_backward_and_step_is_not_this_optimizers_problem() -> None:
     assert lc1("""
         import torch

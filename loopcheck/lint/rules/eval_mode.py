@@ -455,7 +455,13 @@ class EvalWithoutEvalMode(Rule):
                     continue  # train() right before a forward-only pass: on purpose (BN recalibration)
                 # never switched: the mode at entry is only known when the network is built here
                 built_here = state is not None or _built_here(model, target)
-                place = _in_file(place, forward, ctx.path)
+                # the file whose code trains the network or sets the mode it is evaluated in (its
+                # last `train()`, or its constructor) holds the defect: an evaluation reached from
+                # here whose network is built, trained and switched in another module, by code this
+                # file only calls, is that module's (reported there, once)
+                evidence = {state.path if state is not None else _bound_in(model, target)}
+                evidence |= {e.path for e in events if e.kind is K.BACKWARD}
+                place = _in_file(place, forward, ctx.path if evidence & {None, ctx.path} else place.path)
                 key = (place.path, place.line, place.column)
                 if key not in reported:
                     reported.add(key)
@@ -522,6 +528,12 @@ def _train_after(model: ModuleModel, loop: Loop, forward: Event) -> bool:
         ):
             return True
     return False
+
+
+def _bound_in(model: ModuleModel, target: str | None) -> str | None:
+    """The file of the statement that bound the network (None: not bound in the code read)."""
+    binding = model.bindings.get(target or "")
+    return binding.path if binding is not None and binding.node is not None else None
 
 
 def _built_here(model: ModuleModel, target: str | None) -> bool:

@@ -106,6 +106,21 @@ class _LoopView:
             return False
         return self.single or not definite
 
+    def reset_by_others(self, opt: str) -> bool:
+        """Every network `opt` updates has its gradients reset in the loop by another optimizer's
+        `zero_grad()` or its own `model.zero_grad()` (InfoGAN's information optimizer over the
+        generator and the discriminator, each cleared by its own optimizer)."""
+        params = _params_of(self.model, opt)
+        cleared: set[str] = set()
+        for e in self.all_events:
+            if e.kind is not EventKind.ZERO_GRAD or e.target is None or e.detail.get("subset"):
+                continue
+            if self.model.role(e.target) is Role.OPTIMIZER:
+                cleared |= _params_of(self.model, e.target)
+            else:
+                cleared.add(e.target)
+        return bool(params) and all(any(p == c or p.startswith(c + ".") for c in cleared) for p in params)
+
     def built_inside(self, opt: str) -> bool:
         """The optimizer is built anew in each iteration of this loop (a guidance loop that
         optimises a fresh copy of its latents every step): whether gradients carry over depends on
@@ -304,6 +319,8 @@ class ZeroGradMissing(Rule):
                     continue
                 if any(view.covers(e, opt, definite=False) for e in view.all_events) or view.built_inside(opt):
                     continue  # (the walk of the loop last: only for a step with no reset)
+                if view.reset_by_others(opt):
+                    continue
                 step = steps[0]
                 yield self.finding(
                     ctx, step,
