@@ -360,6 +360,129 @@ def test_validation_switches_to_eval_and_training_is_never_switched_back():
     """)
 
 
+def test_train_in_a_step_called_from_both_branches_of_an_accumulation_test_restores():
+    # the step switches back to train mode itself; it is called on both sides of the accumulation
+    # test (`no_sync()` on the steps that only accumulate), each backward right after its train()
+    check("""
+        class Trainer:
+            def __init__(self, model, optimizer, accum=4, eval_every=100):
+                self.model, self.optimizer, self.accum, self.eval_every = model, optimizer, accum, eval_every
+
+            def training_step(self, model, batch):
+                model.train()
+                loss = F.cross_entropy(model(batch["x"]), batch["y"]) / self.accum
+                loss.backward()
+                return loss.detach()
+
+            def evaluate(self, model, loader):
+                model.eval()
+                with torch.no_grad():
+                    return sum(F.cross_entropy(model(b["x"]), b["y"]).item() for b in loader)
+
+            def train(self, loader, val_loader):
+                model = self.model
+                for step, batch in enumerate(loader):
+                    if (step + 1) % self.accum != 0:
+                        with model.no_sync():
+                            self.training_step(model, batch)
+                    else:
+                        self.training_step(model, batch)
+                    if (step + 1) % self.accum == 0:
+                        self.optimizer.step()
+                        self.optimizer.zero_grad()
+                        if (step + 1) % self.eval_every == 0:
+                            print(self.evaluate(model, val_loader))
+    """)
+
+
+def test_switching_back_the_part_that_trains_restores():
+    # only the classifier head trains (the encoder is frozen): its own method switches the head
+    # back after each epoch's evaluation put the whole network in eval mode
+    check("""
+        class Probe(nn.Module):
+            def __init__(self, encoder, classes):
+                super().__init__()
+                self.encoder = encoder
+                self.head = nn.Sequential(nn.Dropout(0.1), nn.Linear(768, classes))
+
+            def train_head(self):
+                for p in self.encoder.parameters():
+                    p.requires_grad = False
+                self.head.train()
+
+            def forward(self, x):
+                return self.head(self.encoder(x).mean(1))
+
+        def train_epoch(loader, probe, optimizer):
+            probe.train_head()
+            for x, y in loader:
+                optimizer.zero_grad()
+                F.cross_entropy(probe(x), y).backward()
+                optimizer.step()
+
+        def evaluate(loader, probe):
+            probe.eval()
+            with torch.no_grad():
+                return sum((probe(x).argmax(1) == y).sum().item() for x, y in loader)
+
+        def main(encoder, train_loader, test_loader, epochs):
+            probe = Probe(encoder, 2)
+            optimizer = torch.optim.Adam(probe.head.parameters(), lr=1e-4)
+            for epoch in range(epochs):
+                train_epoch(train_loader, probe, optimizer)
+                print(evaluate(test_loader, probe))
+    """)
+
+
+VOCODER = """
+class Vocoder(nn.Module):
+    def __init__(self, dims=80):
+        super().__init__()
+        self.rnn = nn.GRU(dims, 128, batch_first=True)
+        self.drop = nn.Dropout(0.1)
+        self.out = nn.Linear(128, 256)
+
+    def forward(self, mels):
+        h, _ = self.rnn(mels)
+        return self.out(self.drop(h))
+
+    def generate(self, mels):
+        self.eval()
+        with torch.no_grad():
+            samples = self.forward(mels).argmax(-1)
+        self.train()
+        return samples
+
+
+def write_samples(model: Vocoder, test_set, count):
+    for i, (mels, _) in enumerate(test_set, 1):
+        if i > count:
+            break
+        print(model.generate(mels).shape)
+
+
+def train(loader, test_set, epochs):
+    model = Vocoder()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    for epoch in range(epochs):
+        for mels, target in loader:
+            loss = F.cross_entropy(model(mels).transpose(1, 2), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        write_samples(model, test_set, 4)
+"""
+
+
+def test_a_networks_own_generate_is_followed():
+    # the project's `generate()` switches to eval mode and back itself: the sampling loop is no
+    # evaluation in train mode. Without the switch back, training goes on in eval mode
+    check(VOCODER)
+    leaky = VOCODER.replace("        self.train()\n", "").replace(
+        "        self.eval()\n", "        self.eval()  # expect: LC303\n")
+    check(leaky)
+
+
 POLICY_TRAINER = """
 class PolicyTrainer:
     def __init__(self, policy, optimizer, value_coef=0.5):

@@ -52,6 +52,9 @@ class _Builder(
         self.assigned: dict[str, tuple[_Unit, cst.BaseExpression]] = {}
         self.iter_of: dict[str, str] = {}
         self.instances: dict[str, _Class] = {}
+        # name -> the network class of the project it was built from (`model = Vocoder()`): its own
+        # methods that switch modes (`generate()` starting with `self.eval()`) are followed
+        self.networks: dict[str, _Class] = {}
         # name -> what calling it runs: `functools.partial(f, ...)` or a lambda (see inlining)
         self.deferred: dict[str, cst.Call | cst.Lambda] = {}
         self.binding_scope: dict[str, str] = {}

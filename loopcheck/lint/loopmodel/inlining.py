@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Sequence
 
@@ -88,11 +89,20 @@ class BuilderInlining:
             else:
                 recv_name = self.canon(recv, frame)
                 cls = self.instances.get(recv_name or "")
+                network = self.networks.get(recv_name or "") if cls is None else None
                 if cls is not None:
                     found_m = cls.method(attr)
                     if found_m is not None:
                         target = (found_m[0], found_m[1].unit, found_m[1])
                         bound_self, instance = True, cls
+                elif network is not None:
+                    # a network's own method that switches modes (`generate()` starting with
+                    # `self.eval()`, `train_custom()` training the head only) runs on the caller's object
+                    found_m = network.method(attr)
+                    if found_m is not None and attr not in ("forward", "__call__") and _switches_mode(*found_m):
+                        self.inline(call, found_m[0], found_m[1].unit, found_m[1], frame, True, instance=network,
+                                    receiver=recv_name)
+                        return True
                 else:
                     dotted = _dotted(func)
                     if dotted and "." in dotted:
@@ -240,7 +250,11 @@ class BuilderInlining:
         self.event(EventKind.EMA_UPDATE, target, call, frame, model=model, helper=fdef.name.value)
 
     def inline(self, call: cst.Call, fdef: cst.FunctionDef, unit: _Unit, cls: _Class | None, frame: _Frame,
-               bound_self: bool, site_call: cst.Call | None = None, instance: _Class | None = None) -> None:
+               bound_self: bool, site_call: cst.Call | None = None, instance: _Class | None = None,
+               receiver: str | None = None) -> None:
+        """Walk `fdef` at `call`. `receiver`: the caller's name of the object a bound method runs on,
+        when its `self` must keep that name (a network's own `generate()`: its `self.eval()` switches
+        the caller's `model`); else `self`."""
         callee = _callee(fdef, unit)
         if callee.hands_back_a_function:
             # `def dummy_model(self): def model(...): ...; return model`: a plain function, no network
@@ -259,7 +273,7 @@ class BuilderInlining:
         env: dict[str, str] = {}
         params = list(fdef.params.posonly_params) + list(fdef.params.params)
         if bound_self and params and params[0].name.value in ("self", "cls"):
-            env[params[0].name.value] = "self"
+            env[params[0].name.value] = receiver or "self"
             params = params[1:]
         positional = [a for a in call.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a for a in call.args if a.keyword is not None}
@@ -415,6 +429,13 @@ class BuilderInlining:
 
 
 _NO_GRAD_WORDS = ("no_grad", "inference_mode")
+
+
+_MODE_SWITCH = re.compile(r"\.(?:train|eval)\(")
+
+
+def _switches_mode(fdef: cst.FunctionDef, owner: _Class) -> bool:
+    return bool(_MODE_SWITCH.search(owner.unit.text(fdef)))
 
 
 def _project_no_grad(unit, qual: str) -> bool:

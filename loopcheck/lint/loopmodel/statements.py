@@ -503,6 +503,11 @@ class BuilderStatements:
             self.divided[tc] = False
             self.dicts.pop(tc, None)
             self.instances.pop(tc, None)  # the name now holds a library object, not a project class's
+            network = self._project_class(value.func, frame) if type(value) is cst.Call else None
+            if network is not None and network.kind() is Role.MODEL:
+                self.networks[tc] = network  # a network of the project: its own methods are known
+            else:
+                self.networks.pop(tc, None)
             return
         if val.canon is not None and val.canon != tc and val.canon != "None":
             if name is not None:
@@ -581,7 +586,7 @@ class BuilderStatements:
         if other is not None and scope != "<module>":
             return _in_scope(tc, scope)
         if other is not None:
-            for table in (self.bindings, self.assigned, self.dicts, self.divided, self.instances, self.iter_of):
+            for table in (self.bindings, self.assigned, self.dicts, self.divided, self.instances, self.networks, self.iter_of):
                 table.pop(tc, None)
         self.binding_scope[tc] = scope
         return tc

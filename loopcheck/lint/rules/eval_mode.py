@@ -684,11 +684,16 @@ class TrainModeNotRestored(Rule):
             # the next iteration: up to the eval() again, or down the other branch of its `if`
             # (`for phase in ["train", "val"]:` trains in the phase after the evaluation)
             following = iteration[:at] + [e for e in iteration[at + 1 :] if exclusive(e, event)]
+            occasional: list[Event] = []  # train() calls skipped as not run every iteration
             for later in rest + following:
                 if later.kind in _MODES and _now_and_then(later, event):
+                    if later.kind is K.TRAIN_MODE and _same_model(later.target, target):
+                        occasional.append(later)
                     continue  # `if step % eval_every == 0: evaluate()`: not every iteration switches
                 if later.kind in _MODES and _same_model(later.target, target):
                     break  # switched again (back to train, or eval again: that one is judged)
+                if later.kind is K.TRAIN_MODE and (later.target or "").startswith(f"{target}."):
+                    break  # the part that trains is switched back (`model.head.train()`, the rest frozen)
                 if later.kind is K.TRAIN_MODE and "." not in (later.target or ".") and not (
                     later.target in run and target in run and not _wrapped(model, later.target, target)
                 ):
@@ -696,6 +701,9 @@ class TrainModeNotRestored(Rule):
                     # (two networks that both run forward in training, `encoder` and `decoder`,
                     # are not two handles of one)
                 if later.kind is K.BACKWARD and not _only_with_graph(later):
+                    if any(_runs_whenever(switch, later) for switch in occasional):
+                        break  # the condition that runs this backward ran a train() first (a step
+                        # called on both sides of an accumulation test, switching back itself)
                     where = "epoch" if loop.kind is not LoopKind.BATCH else "batch"
                     # that training wants train mode shows in a `train()` on the network somewhere,
                     # or in its constructor (a network starts in train mode); a network handed in
@@ -735,6 +743,11 @@ def _now_and_then(later: Event, event: Event) -> bool:
     most iterations do not run it."""
     own = {guard_key(g.text, g.negated) for g in event.guards}
     return any("%" in g.text and not g.negated and guard_key(g.text, g.negated) not in own for g in later.guards)
+
+
+def _runs_whenever(first: Event, then: Event) -> bool:
+    """Every condition `first` runs under also holds for `then`: when `then` runs, so did `first`."""
+    return {guard_key(g.text, g.negated) for g in first.guards} <= {guard_key(g.text, g.negated) for g in then.guards}
 
 
 def _only_with_graph(event: Event) -> bool:
