@@ -617,3 +617,45 @@ def test_lc508_is_silent_on_a_file_this_code_saves_under_the_same_path_template(
     ''')
     lines = [f.line for f in lint_source(source, "train.py", select=["LC508"])]
     assert lines == [11]
+
+
+TWO_TRAINING_FUNCTIONS = """
+import torch
+
+
+def train_epoch(model, loader, optimizer):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def train_joint_epoch(model, loaders, optimizer):
+    for batches in zip(*loaders):
+        for x, y in batches:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def train_retriever(model, loader, epochs, name):
+    retriever_optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for e in range(epochs):
+        train_epoch(model, loader, retriever_optimizer)
+        state = {"model": model.state_dict(), "optimizer": retriever_optimizer.state_dict(), "epoch": e}
+        torch.save(state, f"{name}_{e}.pth")
+"""
+
+
+def test_an_optimizer_stepped_only_by_a_function_nobody_here_calls_is_not_missing():
+    # `train_joint_epoch` is an entry point of its own: its `optimizer` is not stepped by the run
+    # that writes the retriever's checkpoint, which holds that run's only optimizer
+    assert (25, "LC501") not in lc5(TWO_TRAINING_FUNCTIONS)
+    gan = TWO_TRAINING_FUNCTIONS.replace(
+        "        train_epoch(model, loader, retriever_optimizer)\n",
+        "        train_epoch(model, loader, retriever_optimizer)\n"
+        "        train_joint_epoch(model, [loader], critic_optimizer)\n").replace(
+        "    for e in range(epochs):\n",
+        "    critic_optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)\n    for e in range(epochs):\n")
+    assert (27, "LC501") in lc5(gan)

@@ -106,15 +106,24 @@ class CheckpointMissingOptimizer(_CheckpointRule):
         """With several optimizers stepped (a GAN's generator and discriminator), a checkpoint
         that holds the state of some of them but not of another."""
         facts = Facts.of(ctx)
-        optimizers = {stepped_optimizer(e) for e in facts.model.events}  # `opt.step()`, `scaler.step(opt)`
-        stepped = sorted({shown_name(o) for o in optimizers if o and facts.model.role(o) is Role.OPTIMIZER})
-        if len(stepped) < 2:
+        trace = Trace.of(ctx)
+        # `opt.step()`, `scaler.step(opt)`, by the entry point that runs them: an optimizer stepped
+        # in a function nobody here calls is not stepped by the run that writes this checkpoint
+        by_entry: dict[tuple, set[str]] = {}
+        for e in facts.model.events:
+            o = stepped_optimizer(e)
+            if o and facts.model.role(o) is Role.OPTIMIZER:
+                by_entry.setdefault(trace.entry(e), set()).add(shown_name(o))
+        if not any(len(names) > 1 for names in by_entry.values()):
             return
         checkpoints = list(facts.training_checkpoints())
         reported: set[int] = set()
         for saved in checkpoints:
             if not saved.holds(OPTIMIZER):
                 continue  # no optimizer at all: the finding above
+            stepped = sorted(by_entry.get(trace.entry(saved.event), ()))
+            if len(stepped) < 2:
+                continue
             written = " ".join(_saved_texts(s) for s in facts.saves if s.unit == saved.unit)
             kept = [o for o in stepped if re.search(rf"\b{re.escape(o)}\b", written)]
             missing = [o for o in stepped if o not in kept]
