@@ -426,7 +426,7 @@ def test_switching_back_the_part_that_trains_restores():
                 return sum((probe(x).argmax(1) == y).sum().item() for x, y in loader)
 
         def main(encoder, train_loader, test_loader, epochs):
-            probe = Probe(encoder, 2)
+            probe = Probe(encoder, 2).to("cpu")
             optimizer = torch.optim.Adam(probe.head.parameters(), lr=1e-4)
             for epoch in range(epochs):
                 train_epoch(train_loader, probe, optimizer)

@@ -21,7 +21,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _target_names,
     _yielded_param,
 )
-from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
+from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _MOVE_METHODS, _PARAM_METHODS, is_accumulation_test
 from loopcheck.lint.loopmodel.units import _Class, _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 from loopcheck.lint.positions import node_code
@@ -503,7 +503,10 @@ class BuilderStatements:
             self.divided[tc] = False
             self.dicts.pop(tc, None)
             self.instances.pop(tc, None)  # the name now holds a library object, not a project class's
-            network = self._project_class(value.func, frame) if type(value) is cst.Call else None
+            built_by = value
+            while type(built_by) is cst.Call and type(built_by.func) is cst.Attribute and built_by.func.attr.value in _MOVE_METHODS:
+                built_by = built_by.func.value  # `Net(...).to(device)` returns the network itself
+            network = self._project_class(built_by.func, frame) if type(built_by) is cst.Call else None
             if network is not None and network.kind() is Role.MODEL:
                 self.networks[tc] = network  # a network of the project: its own methods are known
             else:
