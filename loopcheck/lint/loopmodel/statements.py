@@ -504,7 +504,8 @@ class BuilderStatements:
             self.dicts.pop(tc, None)
             self.instances.pop(tc, None)  # the name now holds a library object, not a project class's
             built_by = value
-            while type(built_by) is cst.Call and type(built_by.func) is cst.Attribute and built_by.func.attr.value in _MOVE_METHODS:
+            while (type(built_by) is cst.Call and type(built_by.func) is cst.Attribute
+                   and built_by.func.attr.value in _MOVE_METHODS):
                 built_by = built_by.func.value  # `Net(...).to(device)` returns the network itself
             network = self._project_class(built_by.func, frame) if type(built_by) is cst.Call else None
             if network is not None and network.kind() is Role.MODEL:
