@@ -434,6 +434,34 @@ def test_switching_back_the_part_that_trains_restores():
     """)
 
 
+def test_a_network_from_a_pretrained_checkpoint_starts_in_eval_mode():
+    # `from_pretrained` hands the network back in eval mode: an answer script that loads extra
+    # weights into it and generates is no evaluation in train mode. Built by its constructor, it is
+    check("""
+        from transformers import AutoModelForCausalLM
+
+        def answer(path, questions, extra):
+            model = AutoModelForCausalLM.from_pretrained(path)
+            model.load_state_dict(torch.load(extra, weights_only=True), strict=False)
+            for ids in questions:
+                with torch.inference_mode():
+                    print(model.generate(ids, max_new_tokens=32))
+    """)
+    check("""
+        class Decoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drop = nn.Dropout(0.1)
+
+        def answer(path, questions):
+            model = Decoder()
+            model.load_state_dict(torch.load(path, weights_only=True))
+            for ids in questions:
+                with torch.inference_mode():
+                    print(model.generate(ids, max_new_tokens=32))  # expect: LC301
+    """)
+
+
 VOCODER = """
 class Vocoder(nn.Module):
     def __init__(self, dims=80):

@@ -449,6 +449,8 @@ class EvalWithoutEvalMode(Rule):
                     # saved weights by a script that trains nothing), evaluated as is
                     if not any(_is_trained(t, _trained(model, events)) for t in handles) and not _restored_for_inference(model, target):
                         continue
+                    if _pretrained(model, target):
+                        continue  # `from_pretrained(...)` hands it back in eval mode
                 elif _mode_of(state) != "train":
                     continue
                 elif not (any(e.kind is K.BACKWARD for e in between) or backward_in_outer and loop is not outer):
@@ -537,9 +539,15 @@ def _bound_in(model: ModuleModel, target: str | None) -> str | None:
 
 
 def _built_here(model: ModuleModel, target: str | None) -> bool:
-    """The network's constructor is in the code the model read (so it starts in train mode)."""
+    """The network's constructor is in the code the model read, so it starts in train mode."""
     binding = model.bindings.get(target or "")
-    return binding is not None and binding.evidence == "constructor"
+    return binding is not None and binding.evidence == "constructor" and not _pretrained(model, target)
+
+
+def _pretrained(model: ModuleModel, target: str | None) -> bool:
+    """Built by a checkpoint's `from_pretrained(...)`, which hands the network back in eval mode."""
+    binding = model.bindings.get(target or "")
+    return binding is not None and binding.cls == "from_pretrained"
 
 
 # ---------------------------------------------------------------------------------------------
