@@ -101,6 +101,24 @@ def test_scheduler_before_scaler_step():
     """))
 
 
+def test_a_schedule_stepped_to_an_explicit_epoch_is_not_early():
+    # `sched.step(epoch)` at the top of the epoch sets that epoch's rate by its index (the old
+    # explicit-epoch call): no value of the schedule is skipped. Without the index, it is
+    check(script("""
+        def train(model, loader, epochs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.1)
+            warm = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.99)
+            for epoch in range(1, epochs + 1):
+                sched.step(epoch)
+                warm.step()  # expect: LC201
+                for x, y in loader:
+                    opt.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+    """))
+
+
 def test_a_branch_on_the_class_of_the_scheduler_narrows_it():
     # under `isinstance(scheduler, WarmRestarts)` the object is that plain class of the project,
     # whose `step()` only computes the next rate (`apply` sets it): no torch schedule is stepped early.

@@ -229,6 +229,8 @@ class SchedulerBeforeOptimizer(Rule):
             binding = _scheduler(ctx, event)
             if binding is None or event.loop is None or _cadence(binding) is SchedulerCadence.METRIC:
                 continue
+            if event.detail.get("args"):
+                continue  # `sched.step(epoch)`: the schedule is indexed by the argument, not by its count
             counters = _loop_counters(event.loop)
             if any(not g.accumulation and _skips_first(g.text, counters) for g in event.guards):
                 continue  # `if epoch > 0: sched.step()`: runs after the previous iteration's step
