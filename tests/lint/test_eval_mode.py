@@ -462,6 +462,60 @@ def test_a_network_from_a_pretrained_checkpoint_starts_in_eval_mode():
     """)
 
 
+DETECTOR = """
+def nograd(f):
+    def run(*args, **kwargs):
+        with torch.no_grad():
+            return f(*args, **kwargs)
+    return run
+
+
+def timed(f):
+    def run(*args, **kwargs):
+        return f(*args, **kwargs)
+    return run
+
+
+class Detector(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
+
+    def forward(self, x):
+        return self.body(x)
+
+    @DECORATOR
+    def predict(self, images):
+        self.eval()
+        boxes = self(images).amax(1)
+        self.train()
+        return boxes
+
+
+def evaluate(detector, loader):
+    return [detector.predict(images) for images, _ in loader]
+
+
+def train(loader, test_loader, epochs):
+    detector = Detector()
+    optimizer = torch.optim.SGD(detector.parameters(), lr=1e-3)
+    for epoch in range(epochs):
+        for images, target in loader:
+            optimizer.zero_grad()
+            F.mse_loss(detector(images).amax(1), target).backward()
+            optimizer.step()
+        print(len(evaluate(detector, test_loader)))
+"""
+
+
+def test_a_project_decorator_that_runs_the_method_under_no_grad():
+    # `predict` switches modes itself and its decorator runs it inside `with torch.no_grad():`
+    check(DETECTOR.replace("DECORATOR", "nograd"))
+    check(DETECTOR.replace("DECORATOR", "timed").replace(
+        "    return [detector.predict(images) for images, _ in loader]\n",
+        "    return [detector.predict(images) for images, _ in loader]  # expect: LC302\n"))
+
+
 VOCODER = """
 class Vocoder(nn.Module):
     def __init__(self, dims=80):

@@ -441,7 +441,9 @@ def _switches_mode(fdef: cst.FunctionDef, owner: _Class) -> bool:
 def _project_no_grad(unit, qual: str) -> bool:
     """A decorator defined in the project that hands back `torch.no_grad()` or
     `torch.inference_mode()` (often chosen by the torch version): every `return` in it, nested
-    functions included, names one of them."""
+    functions included, names one of them; or that hands back a wrapper calling the function
+    inside `with torch.no_grad():` (`def nograd(f): def new_f(*a, **k): with t.no_grad(): return
+    f(*a, **k)`)."""
     found = unit.lookup_function(qual) if qual else None
     if found is None:
         return False
@@ -450,10 +452,41 @@ def _project_no_grad(unit, qual: str) -> bool:
     if not returns:
         return False
     texts = [owner.text(r.value) for r in returns]
-    nested = {n.name.value for n in _nodes_under(fdef) if type(n) is cst.FunctionDef and n is not fdef}
-    return all(any(w in t for w in _NO_GRAD_WORDS) or t.strip() in nested for t in texts) and any(
+    nested = {n.name.value: n for n in _nodes_under(fdef) if type(n) is cst.FunctionDef and n is not fdef}
+    if all(any(w in t for w in _NO_GRAD_WORDS) or t.strip() in nested for t in texts) and any(
         any(w in t for w in _NO_GRAD_WORDS) for t in texts
-    )
+    ):
+        return True
+    handed_back = [nested[t.strip()] for t in texts if t.strip() in nested]
+    return bool(handed_back) and len(handed_back) == len([r for r in returns if _in_function(r, fdef)]) and all(
+        _returns_under_no_grad(wrapper, owner) for wrapper in handed_back)
+
+
+def _in_function(node: cst.CSTNode, fdef: cst.FunctionDef) -> bool:
+    """`node` belongs to `fdef` itself, not to a function nested in it."""
+    parents = {id(child): parent for child, parent in walk(fdef)}
+    current = parents.get(id(node))
+    while current is not None and current is not fdef:
+        if type(current) is cst.FunctionDef:
+            return False
+        current = parents.get(id(current))
+    return current is fdef
+
+
+def _returns_under_no_grad(wrapper: cst.FunctionDef, owner) -> bool:
+    """Every `return` of the wrapper lies inside a `with` that turns recording off."""
+    parents = {id(child): parent for child, parent in walk(wrapper)}
+    returns = [n for n in _nodes_under(wrapper) if type(n) is cst.Return]
+    if not returns:
+        return False
+    for ret in returns:
+        current = parents.get(id(ret))
+        while current is not None and not (
+                type(current) is cst.With and any(w in owner.text(current.items[0].item) for w in _NO_GRAD_WORDS)):
+            current = parents.get(id(current))
+        if current is None:
+            return False
+    return True
 
 
 def _nodes_under(node: cst.CSTNode):
