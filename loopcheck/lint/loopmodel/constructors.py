@@ -9,7 +9,7 @@ import libcst as cst
 from loopcheck.lint.syntax import child_nodes, classes_of
 from loopcheck.lint.loopmodel.facts import Role, SchedulerCadence
 from loopcheck.lint.loopmodel.frames import _Frame
-from loopcheck.lint.loopmodel.nodes import _dotted, _is_none, _kw, _positional, _split_of
+from loopcheck.lint.loopmodel.nodes import _dotted, _is_none, _kw, _positional, _split_of, _unmoved
 from loopcheck.lint.loopmodel.torch_api import (
     EMA_CLASSES,
     OPTIMIZER_CLASSES,
@@ -17,7 +17,6 @@ from loopcheck.lint.loopmodel.torch_api import (
     SCHEDULER_CLASSES,
     WRAPPERS,
     _EMA_RE,
-    _MOVE_METHODS,
     _PARAM_METHODS,
     scheduler_cadence,
 )
@@ -40,10 +39,7 @@ class BuilderConstructors:
         if type(value) is cst.IfExp:
             side = value.orelse if _is_none(value.body) else value.body
             return self._bind_ctor(name, side, frame)
-        call = value
-        # Net().to(device), Net().cuda(): the constructor is inside
-        while type(call) is cst.Call and type(call.func) is cst.Attribute and call.func.attr.value in _MOVE_METHODS:
-            call = call.func.value
+        call = _unmoved(value)  # Net().to(device), Net().cuda(): the constructor is inside
         if type(call) is not cst.Call:
             return False
         unit = frame.unit

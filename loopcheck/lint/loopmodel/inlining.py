@@ -17,6 +17,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _MAX_DEPTH,
     _MAX_INLINED,
     _SKIP_ENTRY_METHODS,
+    _STATEMENT_PARTS,
     _body,
     _dotted,
     _in_scope,
@@ -33,7 +34,7 @@ from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
 from loopcheck.lint.loopmodel.traces import _CallBlock
 from loopcheck.lint.loopmodel.units import _CALLED, _Class, _Unit, _self_called
 from loopcheck.lint.memo import fact
-from loopcheck.lint.syntax import walk
+from loopcheck.lint.syntax import child_nodes, walk
 
 
 class BuilderInlining:
@@ -457,36 +458,29 @@ def _project_no_grad(unit, qual: str) -> bool:
         any(w in t for w in _NO_GRAD_WORDS) for t in texts
     ):
         return True
-    handed_back = [nested[t.strip()] for t in texts if t.strip() in nested]
-    return bool(handed_back) and len(handed_back) == len([r for r in returns if _in_function(r, fdef)]) and all(
-        _returns_under_no_grad(wrapper, owner) for wrapper in handed_back)
+    wrappers = _callee(fdef, owner).handed_back
+    return bool(wrappers) and all(_returns_under_no_grad(nested[name], owner) for name in wrappers)
 
 
-def _in_function(node: cst.CSTNode, fdef: cst.FunctionDef) -> bool:
-    """`node` belongs to `fdef` itself, not to a function nested in it."""
-    parents = {id(child): parent for child, parent in walk(fdef)}
-    current = parents.get(id(node))
-    while current is not None and current is not fdef:
-        if type(current) is cst.FunctionDef:
-            return False
-        current = parents.get(id(current))
-    return current is fdef
-
-
-def _returns_under_no_grad(wrapper: cst.FunctionDef, owner) -> bool:
-    """Every `return` of the wrapper lies inside a `with` that turns recording off."""
-    parents = {id(child): parent for child, parent in walk(wrapper)}
-    returns = [n for n in _nodes_under(wrapper) if type(n) is cst.Return]
-    if not returns:
-        return False
-    for ret in returns:
-        current = parents.get(id(ret))
-        while current is not None and not (
-                type(current) is cst.With and any(w in owner.text(current.items[0].item) for w in _NO_GRAD_WORDS)):
-            current = parents.get(id(current))
-        if current is None:
-            return False
-    return True
+def _returns_under_no_grad(wrapper: cst.FunctionDef, owner: _Unit) -> bool:
+    """The wrapper returns, and every `return` of its own lies inside a `with` that turns recording off."""
+    returned = False
+    stack: list[tuple[cst.CSTNode, bool]] = [(stmt, False) for stmt in _body(wrapper.body)]
+    while stack:
+        node, off = stack.pop()
+        if type(node) is cst.SimpleStatementLine:
+            for small in node.body:
+                if type(small) is cst.Return:
+                    if not off:
+                        return False
+                    returned = True
+            continue
+        if type(node) in (cst.FunctionDef, cst.ClassDef):
+            continue
+        if type(node) is cst.With:
+            off = off or any(w in owner.text(item.item) for item in node.items for w in _NO_GRAD_WORDS)
+        stack.extend((child, off) for child in child_nodes(node) if type(child) in _STATEMENT_PARTS)
+    return returned
 
 
 def _nodes_under(node: cst.CSTNode):
@@ -520,9 +514,9 @@ def _keywords(named: cst.BaseExpression | None) -> list[cst.Arg]:
 
 class _Callee:
     """What the model needs of a function before following a call into it, found once per
-    function and run: which calls it accepts, and whether it hands back a function it defines."""
+    function and run: which calls it accepts, and the functions it defines and hands back."""
 
-    __slots__ = ("takes", "self_first", "names", "hands_back_a_function")
+    __slots__ = ("takes", "self_first", "names", "handed_back")
 
     def __init__(self, fdef: cst.FunctionDef) -> None:
         params = fdef.params
@@ -543,8 +537,12 @@ class _Callee:
                     nested.add(node.name.value)
                 elif type(node) is cst.SimpleStatementLine:
                     returns.extend(small.value for small in node.body if type(small) is cst.Return)
-        self.hands_back_a_function = bool(nested) and bool(returns) and all(
-            type(r) is cst.Name and r.value in nested for r in returns)
+        every = bool(returns) and all(type(r) is cst.Name and r.value in nested for r in returns)
+        self.handed_back: frozenset[str] = frozenset(r.value for r in returns) if every else frozenset()  # type: ignore[union-attr]
+
+    @property
+    def hands_back_a_function(self) -> bool:
+        return bool(self.handed_back)
 
     def binds(self, call: cst.Call, bound_self: bool) -> bool:
         """False when the call passes a keyword the function has no parameter for, or more

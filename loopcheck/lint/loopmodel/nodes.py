@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
+from loopcheck.lint.loopmodel.torch_api import _MOVE_METHODS
 from loopcheck.lint.positions import node_code
 from loopcheck.lint.syntax import child_nodes, classes_of, walk_pruned
 from loopcheck.lint.values import dotted, string_value
@@ -208,3 +209,10 @@ def _yielded_param(fdef: cst.FunctionDef) -> int | None:
             if any(type(n) is cst.Yield for n in walk_pruned(node.body, _SCOPES)):
                 return names.index(node.iter.value)
     return None
+
+
+def _unmoved(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`Net(...).to(device).cuda()` -> `Net(...)`: a move hands back the object it is called on."""
+    while type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in _MOVE_METHODS:
+        node = node.func.value
+    return node

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from typing import Iterator
 
 import libcst as cst
 
@@ -19,9 +21,10 @@ from loopcheck.lint.loopmodel.nodes import (
     _positional,
     _string,
     _target_names,
+    _unmoved,
     _yielded_param,
 )
-from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _MOVE_METHODS, _PARAM_METHODS, is_accumulation_test
+from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
 from loopcheck.lint.loopmodel.units import _Class, _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 from loopcheck.lint.positions import node_code
@@ -103,21 +106,12 @@ class BuilderStatements:
         accumulation = is_accumulation_test(text) or self._accumulation_flag(stmt.test, frame)
         frame.branches += 1
         try:
-            narrowed = self._narrowed(stmt.test, frame)
+            narrowed = self._narrowed(stmt.test, frame)  # (most tests: None at once, no context entered)
             if narrowed is None:
                 body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
             else:
-                name, cls = narrowed
-                held = self.instances.get(name)
-                self.instances[name] = cls
-                try:
+                with self._as_instance(*narrowed):
                     body = self.sub_block(stmt.body, frame, Guard(text, accumulation))
-                finally:
-                    if self.instances.get(name) is cls:  # (unless the branch bound the name anew)
-                        if held is None:
-                            del self.instances[name]
-                        else:
-                            self.instances[name] = held
             negated = Guard(text, accumulation, negated=True)
             self.blocks.append([])
             self.guards.append(negated)
@@ -134,6 +128,20 @@ class BuilderStatements:
         if frame.rebound:
             self._merge_rebound(frame)
         self.block.append(_Branch([body, other]))
+
+    @contextmanager
+    def _as_instance(self, name: str, cls: _Class) -> Iterator[None]:
+        """`name` is an instance of `cls` while the block runs (what it was before, after)."""
+        held = self.instances.get(name)
+        self.instances[name] = cls
+        try:
+            yield
+        finally:
+            if self.instances.get(name) is cls:  # (unless the branch bound the name anew)
+                if held is None:
+                    del self.instances[name]
+                else:
+                    self.instances[name] = held
 
     def _narrowed(self, test: cst.BaseExpression, frame: _Frame) -> tuple[str, _Class] | None:
         """`isinstance(scheduler, WarmRestarts)` with a plain class of the project (no optimizer,
@@ -503,10 +511,7 @@ class BuilderStatements:
             self.divided[tc] = False
             self.dicts.pop(tc, None)
             self.instances.pop(tc, None)  # the name now holds a library object, not a project class's
-            built_by = value
-            while (type(built_by) is cst.Call and type(built_by.func) is cst.Attribute
-                   and built_by.func.attr.value in _MOVE_METHODS):
-                built_by = built_by.func.value  # `Net(...).to(device)` returns the network itself
+            built_by = _unmoved(value)  # `Net(...).to(device)` returns the network itself
             network = self._project_class(built_by.func, frame) if type(built_by) is cst.Call else None
             if network is not None and network.kind() is Role.MODEL:
                 self.networks[tc] = network  # a network of the project: its own methods are known
