@@ -94,8 +94,12 @@ def _parse(path: Path) -> RulePage:
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, RulePage]:
     """All pages by code, in code order."""
-    pages = (_parse(p) for p in sorted(pages_dir().glob("L*.md")))
-    return {page.code: page for page in pages}
+    where = pages_dir()
+    pages = {page.code: page for page in (_parse(p) for p in sorted(where.glob("L*.md")))}
+    if not pages:
+        # every rule reads its metadata here: without the pages nothing would be checked, silently
+        raise RuntimeError(f"loopcheck's rule pages are missing (no L*.md in {where}); reinstall loopcheck")
+    return pages
 
 
 def page(code: str) -> RulePage:

@@ -38,6 +38,11 @@ def _root(
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Find the silent bugs of hand-written PyTorch training loops."""
+    try:
+        catalog()  # every command reads the rule pages: a broken install says so, once, here
+    except (RuntimeError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
 
 
 @app.command()

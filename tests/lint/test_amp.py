@@ -418,6 +418,54 @@ def test_scaled_backward_is_clean():
     assert lc4(UNSCALED.replace("        loss.backward()", "        scaler.scale(loss).backward()")) == []
 
 
+def test_a_scaled_loss_kept_in_a_name_is_scaled():
+    scaled = UNSCALED.replace("        loss.backward()", "        scaled = scaler.scale(loss) / 2\n        scaled.backward()")
+    assert lc4(scaled) == []
+    # rebound to something the scaler never saw, it is not
+    rebound = scaled.replace("        scaled.backward()", "        scaled = loss * 0.5\n        scaled.backward()")
+    assert lc4(rebound) == [(11, "LC404")]
+
+
+def test_a_loss_scaled_in_one_branch_is_not_judged_unscaled():
+    # a trainer that scales only under fp16, through `typing.cast`, then one backward for both
+    src = """
+    import torch
+    from typing import cast
+
+    def train(model, loader, optimizer, scaler, use_grad_scaling):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = model(x, y)
+            if use_grad_scaling:
+                loss = cast(torch.Tensor, scaler.scale(loss))
+            loss.backward()
+            if use_grad_scaling:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+    """
+    assert lc4(src) == []
+
+
+def test_a_scaled_loss_handed_to_a_helper_is_scaled():
+    src = """
+    import torch
+
+    def backward_pass(loss):
+        loss.backward()
+
+    def train(model, loader, optimizer, scaler):
+        for x, y in loader:
+            optimizer.zero_grad()
+            backward_pass(scaler.scale(model(x, y)))
+            scaler.step(optimizer)
+            scaler.update()
+    """
+    assert lc4(src) == []
+    assert lc4(src.replace("backward_pass(scaler.scale(model(x, y)))", "backward_pass(model(x, y))")) == [(4, "LC404")]
+
+
 def test_plain_branch_with_disabled_scaler_after_both_branches_is_clean():
     src = """
     import torch

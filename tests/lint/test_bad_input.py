@@ -186,3 +186,23 @@ def test_a_source_transforming_codec_is_read_as_utf8(tmp_path: Path) -> None:
     result = check_file(path)
     assert result.errors == []
     assert [(f.line, f.code) for f in result.findings] == [(8, "LC102")]
+
+
+def test_missing_rule_pages_stop_the_command_instead_of_checking_nothing(tmp_path: Path, monkeypatch) -> None:
+    # an install whose rule pages went missing would otherwise run no rule and report a clean tree
+    from typer.testing import CliRunner
+
+    from loopcheck import catalog as pages
+    from loopcheck.cli import app
+
+    script = tmp_path / "train.py"
+    script.write_text(BUGGY, encoding="utf-8")
+    monkeypatch.setattr(pages, "pages_dir", lambda: tmp_path / "nowhere")
+    pages.catalog.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["lint", "--isolated", "--no-cache", str(script)])
+    finally:
+        monkeypatch.undo()
+        pages.catalog.cache_clear()
+    assert result.exit_code == 2
+    assert "rule pages are missing" in result.stderr and "reinstall loopcheck" in result.stderr

@@ -341,6 +341,69 @@ def test_unknown_checkpoint_content_is_not_checked():
     assert lc5(src) == []
 
 
+def test_the_state_of_a_whole_run_is_not_judged_by_its_key():
+    # a framework's run state (network, optimizers, schedulers, counters) saved as one entry
+    src = """
+    import torch
+
+    def train(model, loader, optimizer, criterion, epochs, state, path):
+        for epoch in range(epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            checkpoint = {"state": state.state_dict(), "rng": torch.get_rng_state()}
+            torch.save(checkpoint, path)
+    """
+    assert lc5(src) == []
+    # the network's own state next to the random state is weights, not the run
+    assert (10, "LC501") in lc5(src.replace("state.state_dict()", "model.state_dict()"))
+
+
+def test_a_test_that_saves_without_training_writes_no_training_checkpoint():
+    # a library's test of its loader writes a hand-made checkpoint; another test trains
+    src = """
+    import torch
+
+    def test_fit_reduces_the_loss(model, loader, criterion):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+
+    def test_loader_reads_an_old_checkpoint(folder):
+        checkpoint = {"state": {"model": {"w": torch.zeros(2)}, "epoch": 3}, "rng": torch.get_rng_state()}
+        path = str(folder / "full.pt")
+        torch.save(checkpoint, path)
+    """
+    assert lc5(src, info=False) == []
+    # the same save in the test that trains is a training checkpoint
+    trained = src.replace("            optimizer.step()\n", "            optimizer.step()\n        torch.save({'model': model.state_dict(), 'epoch': 1}, 'last.pt')\n")
+    assert (9, "LC501") in lc5(trained, info=False)
+
+
+def test_entries_under_computed_keys_leave_the_content_unknown():
+    # the optimizer's entry is stored under a key made at run time
+    src = """
+    import torch
+
+    def train(model, optimizer, loader, steps, path, index):
+        for x in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        ckpt = dict(model=model.state_dict(), steps=steps)
+        key = f"optim{index}"
+        ckpt = {**ckpt, key: optimizer.state_dict()}
+        torch.save(ckpt, path)
+    """
+    assert lc5(src) == []
+    # the same checkpoint with literal keys only is judged (it lacks the RNG state)
+    literal = src.replace("ckpt = {**ckpt, key: optimizer.state_dict()}", "ckpt = {**ckpt, 'optim': optimizer.state_dict()}")
+    assert lc5(literal) == [(11, "LC505")]
+
+
 # --- LC507 resume-epoch-off-by-one -------------------------------------------------------------
 
 RESUME = """

@@ -1046,3 +1046,160 @@ def test_a_library_pipeline_runs_without_recording_by_itself():
 ])
 def test_which_unbound_names_may_step_an_optimizer_through_a_method_not_known(name, steps):
     assert _steps_through_name(name) is steps
+
+
+# ------------------------------------------------- networks that compute the same in both modes
+
+MODE_FREE = HEAD + textwrap.dedent("""
+    class TinyNet(nn.Module):
+        def __init__(self, width, classes):
+            super().__init__()
+            self.width = width
+            self.body = nn.Sequential(nn.Linear(784, width), nn.ReLU(), nn.Linear(width, classes))
+
+        def forward(self, x):
+            return self.body(x.flatten(1))
+
+
+    def fit(train_loader, test_loader, epochs):
+        model = TinyNet(300, 10)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(epochs):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            model.eval()
+            with torch.no_grad():
+                for x, y in test_loader:
+                    model(x)
+""")
+
+
+def _lc303(source: str) -> list[tuple[str, str]]:
+    return [(f.severity.name, f.message) for f in _support.findings(source, ["LC303"])]
+
+
+def test_eval_never_undone_on_a_network_without_mode_dependent_layers_is_a_warning():
+    ((severity, message),) = _lc303(MODE_FREE)
+    assert severity == "WARNING" and "no dropout, no batch norm" in message
+    # evaluated without `eval()` at all (LC301): the same
+    lc301 = _support.findings(MODE_FREE.replace("        model.eval()\n", ""), ["LC301"])
+    assert [(f.severity.name, "no dropout, no batch norm" in f.message) for f in lc301] == [("WARNING", True)]
+
+
+@pytest.mark.parametrize("layer", [
+    "nn.Dropout(0.1)",                        # a mode-dependent layer
+    "nn.BatchNorm1d(300)",
+    "nn.LSTM(300, 300, 2, dropout=0.2)",      # dropout between recurrent layers
+    "nn.TransformerEncoderLayer(300, 4)",     # dropout 0.1 unless told otherwise
+    "nn.RReLU()",                             # a random slope in training only
+    "Gate()",                                 # a project layer that reads self.training
+    "make_head(300)",                         # a project helper that builds batch norm
+])
+def test_a_network_with_a_mode_dependent_part_keeps_the_error(layer):
+    parts = textwrap.dedent("""
+        class Gate(nn.Module):
+            def forward(self, x):
+                return x * 0.5 if self.training else x
+
+        def make_head(width):
+            return nn.Sequential(nn.Linear(width, width), nn.BatchNorm1d(width))
+    """)
+    source = MODE_FREE.replace("nn.ReLU(), ", f"nn.ReLU(), {layer}, ").replace("\nclass TinyNet", parts + "\nclass TinyNet")
+    ((severity, message),) = _lc303(source)
+    assert severity == "ERROR" and "dropout off" in message
+
+
+def test_a_network_built_around_a_module_it_is_given_is_not_proven():
+    source = MODE_FREE.replace(
+        "    def __init__(self, width, classes):\n        super().__init__()\n",
+        "    def __init__(self, width, classes, stem):\n        super().__init__()\n        self.stem = stem\n",
+    ).replace("return self.body(x.flatten(1))", "return self.body(self.stem(x).flatten(1))").replace(
+        "TinyNet(300, 10)", "TinyNet(300, 10, make_stem())")
+    assert [severity for severity, _ in _lc303(source)] == ["ERROR"]
+
+
+def test_an_evaluation_helper_switching_a_list_of_networks_under_the_logging_test_is_restored():
+    # the helper switches each network of a list; the trainer switches back under the same test
+    check("""
+        def evaluate(models, loader):
+            for model in models:
+                model.eval()
+            with torch.no_grad():
+                for x, y in loader:
+                    for model in models:
+                        model(x)
+
+        def train(model, loader, test_loader, optimizer, log_every):
+            model.train()
+            for it, (x, y) in enumerate(loader):
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                if it % log_every == 0:
+                    evaluate([model], test_loader)
+                    model.train()
+    """)
+
+
+def test_a_switch_written_inside_the_network_is_quoted_as_written():
+    source = HEAD + textwrap.dedent("""
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+
+            def forward(self, x):
+                return self.body(x)
+
+            def sample(self, x):
+                self.eval()
+                with torch.no_grad():
+                    return self(x)
+
+        def fit(loader, epochs):
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model.train()
+            for epoch in range(epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+                print(model.sample(x))
+    """)
+    ((severity, message),) = _lc303(source)
+    assert severity == "ERROR" and message.startswith("`self.eval()` (on `model`) in the epoch loop is never undone")
+
+
+def test_a_network_whose_forward_turns_recording_off_itself_is_not_asked_to():
+    # a translation model with one forward for every phase; its inference phase runs under no_grad
+    source = HEAD + textwrap.dedent("""
+        class Translator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.generator = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 3, 3))
+
+            def forward(self, batch, mode):
+                if mode == "generator":
+                    return F.l1_loss(self.generator(batch["src"]), batch["dst"])
+                if mode == "inference":
+                    with torch.no_grad():
+                        fake = self.generator(batch["src"])
+                    return fake
+                raise ValueError(mode)
+
+        model = Translator()
+        model.eval()
+        for i, batch in enumerate(test_loader):
+            images = model(batch, mode="inference")
+    """)
+    assert _support.findings(source, ["LC302"]) == []
+    plain = source.replace("            with torch.no_grad():\n                fake", "            fake")
+    assert plain != source
+    assert [f.code for f in _support.findings(plain, ["LC302"])] == ["LC302"]
+    # only a frozen part under no_grad, the rest recorded: still asked to
+    part = source.replace("            return fake", "            return self.generator(fake)")
+    assert part != source
+    assert [f.code for f in _support.findings(part, ["LC302"])] == ["LC302"]

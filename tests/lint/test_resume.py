@@ -577,3 +577,34 @@ def test_project_save_and_load_helpers_are_followed(tmp_path, scheduler, expecte
         os.chdir(cwd)
     assert not report.errors
     assert {(Path(f.path).name, f.line, f.code) for f in report.findings} == expected
+
+
+def test_a_load_helper_that_fits_released_weights_with_strict_false_is_not_a_resume():
+    # the training script saves full checkpoints; the model is initialised from released weights
+    # by a helper that drops the entries whose shapes differ and loads the rest with strict=False
+    src = """
+    import torch
+
+    def load_checkpoint(model, filename):
+        checkpoint = torch.load(filename, map_location="cpu", weights_only=True)
+        weights = checkpoint["model"]
+        own = model.state_dict()
+        for key in list(weights):
+            if key in own and weights[key].shape != own[key].shape:
+                del weights[key]
+        model.load_state_dict(weights, strict=False)
+        return model
+
+    def train(model, loader, criterion, epochs, released, out):
+        model = load_checkpoint(model, released)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        for epoch in range(epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, out)
+    """
+    assert lc510(src) == []
+    # a strict load in the same helper reads as resuming the run's own checkpoint
+    assert lc510(src.replace("model.load_state_dict(weights, strict=False)", "model.load_state_dict(weights)")) == [(4, "LC510")]

@@ -429,6 +429,27 @@ def test_step_hidden_in_an_unknown_helper_is_not_guessed() -> None:
     """) == []
 
 
+def test_a_gradient_written_by_hand_is_what_the_step_applies() -> None:
+    # the temperature gets a gradient computed in closed form, written by hand before its step
+    source = """
+        import torch
+        def train(model, log_temp, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            temp_optimizer = torch.optim.Adam([log_temp], lr=1e-3)
+            for x, y in loader:
+                temp_optimizer.zero_grad()
+                log_temp.grad = closed_form_gradient(model, x, y)
+                temp_optimizer.step()
+                optimizer.zero_grad()
+                loss = model(x, y, log_temp.exp().detach())
+                loss.backward()
+                optimizer.step()
+    """
+    assert lc1(source) == []
+    # without the write, the reset leaves the step nothing (the previous backward's gradient is gone)
+    assert lc1(source.replace("log_temp.grad = closed_form_gradient(model, x, y)", "pass")) == [(7, "LC102")]
+
+
 def test_loss_from_an_unknown_helper_is_not_judged() -> None:
     # compute_loss lives in a library the linter cannot read: it may already divide
     assert lc1("""
@@ -536,3 +557,42 @@ def test_reset_dropping_another_networks_gradients_is_fine() -> None:
                 opt_d.step()
                 opt_g.step()
     """) == []
+
+
+def test_a_first_pass_that_keeps_its_graph_for_a_second_one_is_not_wiped() -> None:
+    # two-pass clipping: the first backward's hooks measure per-sample norms, the reset drops its
+    # gradients, and the second backward (through the kept graph) is the one the step applies
+    source = """
+        import torch
+        def train(model, loader, optimizer, criterion):
+            for x, y in loader:
+                per_sample = criterion(model(x), y)
+                per_sample.mean().backward(retain_graph=True)
+                optimizer.zero_grad()
+                weights = model.clipping_factors()
+                (weights * per_sample).sum().backward()
+                optimizer.step()
+    """
+    assert lc1(source) == []
+    # without keeping the graph the first pass is a loss whose gradients the reset throws away
+    assert lc1(source.replace("backward(retain_graph=True)", "backward()")) == [(7, "LC102")]
+
+
+def test_per_sample_gradients_written_by_hand_feed_the_step() -> None:
+    # a private-training loop: one branch computes per-sample gradients with functorch and hands
+    # them to the optimizer through `p.grad_sample`, the other runs backward
+    source = """
+        import torch
+        def train(model, params, loader, optimizer, criterion, functional):
+            for x, y in loader:
+                if functional:
+                    grads = per_sample_grads(params, x, y)
+                    for p, g in zip(params, grads):
+                        p.grad_sample = g
+                else:
+                    criterion(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    """
+    assert lc1(source) == []
+    assert lc1(source.replace("p.grad_sample = g", "p.data = g")) == [(11, "LC104")]

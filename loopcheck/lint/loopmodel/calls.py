@@ -281,7 +281,7 @@ class BuilderCalls:
     def _backward(self, call: cst.Call, tensor: cst.BaseExpression, frame: _Frame, via_fn: str | None = None,
                   divided: bool = False) -> None:
         unit = frame.unit
-        scaled = False
+        scaled: bool | None = False
         scaler = None
         if type(tensor) is cst.Call and type(tensor.func) is cst.Attribute and tensor.func.attr.value == "scale" and tensor.args:
             scaler = self.target(tensor.func.value, frame)
@@ -291,6 +291,10 @@ class BuilderCalls:
         inner = tensor
         while type(inner) is cst.Call and type(inner.func) is cst.Attribute and inner.func.attr.value in ("mean", "sum", "float", "squeeze"):
             inner = inner.func.value
+        if not scaled and type(inner) is cst.Name and inner.value in frame.scaled:
+            # `loss = scaler.scale(loss)` before: scaled on every path to here, or maybe (None)
+            scaler, certain = frame.scaled[inner.value]
+            scaled = True if certain else None
         name = self.canon(inner, frame) if type(inner) in (cst.Name, cst.Attribute) else None
         if name:
             self.use(name, "backward", frame)

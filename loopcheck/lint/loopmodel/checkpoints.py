@@ -54,6 +54,7 @@ class BuilderCheckpoints:
                     if inner:
                         d.owners.add(inner)
         if key is None or d.keys is None:
+            d.computed = d.computed or key is None
             d.keys = None
             return
         d.keys.add(key)
@@ -94,5 +95,5 @@ class BuilderCheckpoints:
             state_of.add(direct)
         whole = self.target(obj, frame) if keys is None and direct is None else None
         self.event(EventKind.SAVE, None, call, frame, pending="save", call=call, fn=qual or "torch.save",
-                   obj_text=unit.text(obj), keys=keys, values=values, state_of=frozenset(state_of),
+                   obj_text=unit.text(obj), keys=keys, values=values, state_of=frozenset(state_of), computed_keys=d.computed,
                    whole_object=None, _whole=whole, path_text=_text_or(unit, path))

@@ -32,6 +32,7 @@ class SchedulerCadence(str, Enum):
 class EventKind(str, Enum):
     ZERO_GRAD = "zero_grad"  # opt.zero_grad(), model.zero_grad(), p.grad = None, p.grad.zero_()
     BACKWARD = "backward"  # loss.backward(), torch.autograd.backward(...), scaler.scale(loss).backward()
+    GRAD_WRITE = "grad_write"  # p.grad = g (a gradient computed some other way: autograd.grad, a server)
     STEP = "step"  # optimizer.step() (closure in detail["closure"])
     SCALER_SCALE = "scaler_scale"
     SCALER_STEP = "scaler_step"  # scaler.step(opt)
@@ -175,6 +176,9 @@ class Loop(_Placed):
     # names, as written, whose methods the model does not know are called in it (`optim_wrapper.update_params(loss)`):
     # an optimizer's such call may step it, so the loop may train
     drives: set[str] = field(default_factory=set)
+    # the conditions the loop runs under inside the loop around it (an event's own `guards` stop
+    # at its innermost loop)
+    guards: tuple["Guard", ...] = ()
 
     def cyclic_pairs(self) -> Iterator[tuple[list[Event], list[Event]]]:
         """(iteration i, iteration i + 1) for every pair of traces where i reaches the next iteration."""
@@ -203,6 +207,12 @@ class ModuleModel:
     bindings: dict[str, Binding]  # canonical name -> binding (all scopes of this file, inlined callees' included)
     loops: list[Loop]  # top-level loops of every entry point (nested ones via Loop.children)
     events: list[Event]  # every event of the file's entry points, loops or not, in trace order
+    # networks built from a project class that computes the same in train and eval mode (no
+    # dropout, no batch statistics, no `self.training`: `loopmodel.layers`)
+    mode_free: frozenset[str] = frozenset()
+    # networks built from a project class whose forward hands back, on some path, what it computed
+    # with recording off (an inference mode under `with torch.no_grad():`: `loopmodel.layers`)
+    stops_recording: frozenset[str] = frozenset()
 
     def role(self, name: str | None) -> Role | None:
         b = self.bindings.get(name) if name else None

@@ -12,7 +12,8 @@ class _Frame:
     """One function activation: its file, local names, and what encloses it."""
 
     __slots__ = ("unit", "env", "cls", "via", "depth", "local_funcs", "no_grad", "autocast",
-                 "grad_conditional", "returns", "stack", "name", "forwarded", "self_cls", "synced", "branches", "rebound")
+                 "grad_conditional", "returns", "stack", "name", "forwarded", "self_cls", "synced", "branches", "rebound",
+                 "scaled")
 
     def __init__(self, unit: _Unit, env: dict[str, str] | None = None, cls: _Class | None = None,
                  via: tuple[CallSite, ...] = (), depth: int = 0, stack: tuple = (), name: str = "<module>",
@@ -42,6 +43,9 @@ class _Frame:
         # dicts bound in such a branch over what the name held before (None: not a known dict),
         # merged with it once the `if` is left
         self.rebound: list[tuple[str, "_Dict | None"]] = []
+        # local names holding a loss a GradScaler scaled (`loss = scaler.scale(loss)`): the scaler,
+        # and whether every path to here scaled it (False: assigned in a branch of an `if`)
+        self.scaled: dict[str, tuple[str | None, bool]] = {}
 
     def carry(self, caller: "_Frame") -> None:
         """The caller's grad mode, autocast and accumulation context hold in this call too."""
@@ -52,23 +56,26 @@ class _Frame:
 class _Dict:
     """What is known about a dict being built for torch.save."""
 
-    __slots__ = ("keys", "values", "owners", "unit")
+    __slots__ = ("keys", "values", "owners", "unit", "computed")
 
     def __init__(self, unit: _Unit) -> None:
         self.keys: set[str] | None = set()
         self.values: dict[str, cst.BaseExpression] = {}
         self.owners: set[str] = set()  # objects whose state_dict() is a value (resolved where it was added)
         self.unit = unit
+        self.computed = False  # an entry's key is computed (`{**ckpt, f"optim{i}": ...}`): what it holds is not known
 
     def copy(self) -> "_Dict":
         d = _Dict(self.unit)
         d.keys = set(self.keys) if self.keys is not None else None
         d.values = dict(self.values)
         d.owners = set(self.owners)
+        d.computed = self.computed
         return d
 
     def merge(self, other: "_Dict") -> None:
         self.owners |= other.owners
+        self.computed = self.computed or other.computed
         if other.keys is None or self.keys is None:
             self.keys = None
         else:

@@ -13,11 +13,11 @@ from loopcheck.lint.loopmodel.facts import CallSite, EventKind, ModuleModel, Rol
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
     FUNCTION_VALUE,
+    NO_GRAD_WORDS,
     STRING_ARGUMENT,
     _MAX_DEPTH,
     _MAX_INLINED,
     _SKIP_ENTRY_METHODS,
-    _STATEMENT_PARTS,
     _body,
     _dotted,
     _in_scope,
@@ -29,12 +29,13 @@ from loopcheck.lint.loopmodel.nodes import (
     _string,
     _target_names,
     _walk_statements,
+    returns_by_grad_mode,
 )
 from loopcheck.lint.loopmodel.torch_api import _ANNOTATION_ROLES
 from loopcheck.lint.loopmodel.traces import _CallBlock
 from loopcheck.lint.loopmodel.units import _CALLED, _Class, _Unit, _self_called
 from loopcheck.lint.memo import fact
-from loopcheck.lint.syntax import child_nodes, walk
+from loopcheck.lint.syntax import walk
 
 
 class BuilderInlining:
@@ -279,6 +280,7 @@ class BuilderInlining:
         positional = [a for a in call.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a for a in call.args if a.keyword is not None}
         all_params = params + list(fdef.params.kwonly_params)
+        scaled: dict[str, tuple[str | None, bool]] = {}
         for i, param in enumerate(all_params):
             pname = param.name.value
             arg = None
@@ -287,12 +289,15 @@ class BuilderInlining:
             elif pname in keywords:
                 arg = keywords[pname].value
             self._bind_argument(env, param, arg, frame, unit)
+            if arg is not None and (frame.scaled or type(arg) is cst.Call):
+                self._note_scaled(pname, arg, frame, scaled)
         for p in (fdef.params.star_arg, fdef.params.star_kwarg):
             if type(p) is cst.Param:
                 env[p.name.value] = p.name.value
         qualname = f"{cls.name}.{fdef.name.value}" if cls is not None else fdef.name.value
         site = CallSite(qualname, frame.unit.path, site_call or call, frame.unit.module)
         inner = _Frame(unit, env, cls, frame.via + (site,), frame.depth + 1, frame.stack + (fdef,), qualname, instance)
+        inner.scaled = scaled  # `backward_step(scaler.scale(loss))`: the parameter holds a scaled loss
         if type(fdef.params.star_arg) is cst.Param or type(fdef.params.star_kwarg) is cst.Param:
             named = {p.name.value for p in all_params}
             extra = positional[len(params):] + [a for k, a in keywords.items() if k not in named]
@@ -429,7 +434,6 @@ class BuilderInlining:
             self.blocks.pop()
 
 
-_NO_GRAD_WORDS = ("no_grad", "inference_mode")
 
 
 _MODE_SWITCH = re.compile(r"\.(?:train|eval)\(")
@@ -454,8 +458,8 @@ def _project_no_grad(unit, qual: str) -> bool:
         return False
     texts = [owner.text(r.value) for r in returns]
     nested = {n.name.value: n for n in _nodes_under(fdef) if type(n) is cst.FunctionDef and n is not fdef}
-    if all(any(w in t for w in _NO_GRAD_WORDS) or t.strip() in nested for t in texts) and any(
-        any(w in t for w in _NO_GRAD_WORDS) for t in texts
+    if all(any(w in t for w in NO_GRAD_WORDS) or t.strip() in nested for t in texts) and any(
+        any(w in t for w in NO_GRAD_WORDS) for t in texts
     ):
         return True
     wrappers = _callee(fdef, owner).handed_back
@@ -464,23 +468,8 @@ def _project_no_grad(unit, qual: str) -> bool:
 
 def _returns_under_no_grad(wrapper: cst.FunctionDef, owner: _Unit) -> bool:
     """The wrapper returns, and every `return` of its own lies inside a `with` that turns recording off."""
-    returned = False
-    stack: list[tuple[cst.CSTNode, bool]] = [(stmt, False) for stmt in _body(wrapper.body)]
-    while stack:
-        node, off = stack.pop()
-        if type(node) is cst.SimpleStatementLine:
-            for small in node.body:
-                if type(small) is cst.Return:
-                    if not off:
-                        return False
-                    returned = True
-            continue
-        if type(node) in (cst.FunctionDef, cst.ClassDef):
-            continue
-        if type(node) is cst.With:
-            off = off or any(w in owner.text(item.item) for item in node.items for w in _NO_GRAD_WORDS)
-        stack.extend((child, off) for child in child_nodes(node) if type(child) in _STATEMENT_PARTS)
-    return returned
+    returns, off = returns_by_grad_mode(wrapper, owner.text)
+    return returns > 0 and off == returns
 
 
 def _nodes_under(node: cst.CSTNode):

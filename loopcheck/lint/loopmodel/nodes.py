@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import libcst as cst
 
@@ -211,8 +211,48 @@ def _yielded_param(fdef: cst.FunctionDef) -> int | None:
     return None
 
 
+def _uncast(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`cast(torch.Tensor, x)` -> `x`: `typing.cast` hands back its value."""
+    while (type(node) is cst.Call and len(node.args) == 2 and node.args[1].keyword is None
+           and (_dotted(node.func) or "").rsplit(".", 1)[-1] == "cast"):
+        node = node.args[1].value
+    return node
+
+
+def _scale_call(node: cst.BaseExpression) -> cst.Call | None:
+    """`scaler.scale(loss)` (through `cast`): the loss multiplied by a GradScaler's scale."""
+    node = _uncast(node)
+    if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "scale" and node.args:
+        return node
+    return None
+
+
 def _unmoved(node: cst.BaseExpression) -> cst.BaseExpression:
     """`Net(...).to(device).cuda()` -> `Net(...)`: a move hands back the object it is called on."""
     while type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in _MOVE_METHODS:
         node = node.func.value
     return node
+
+
+NO_GRAD_WORDS = ("no_grad", "inference_mode")
+
+
+def returns_by_grad_mode(fdef: cst.FunctionDef, text: "Callable[[cst.CSTNode], str]") -> tuple[int, int]:
+    """(the `return`s of `fdef` itself, those inside a `with` that turns recording off), nested
+    functions and classes left out; `text` renders a node of the function's file."""
+    returns = off_returns = 0
+    stack: list[tuple[cst.CSTNode, bool]] = [(stmt, False) for stmt in _body(fdef.body)]
+    while stack:
+        node, off = stack.pop()
+        if type(node) is cst.SimpleStatementLine:
+            for small in node.body:
+                if type(small) is cst.Return:
+                    returns += 1
+                    off_returns += off
+            continue
+        if type(node) in (cst.FunctionDef, cst.ClassDef):
+            continue
+        if type(node) is cst.With:
+            off = off or any(w in text(item.item) for item in node.items for w in NO_GRAD_WORDS)
+        stack.extend((child, off) for child in child_nodes(node) if type(child) in _STATEMENT_PARTS)
+    return returns, off_returns

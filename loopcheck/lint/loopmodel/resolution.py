@@ -17,6 +17,7 @@ from loopcheck.lint.loopmodel.facts import (
     Role,
     SchedulerCadence,
 )
+from loopcheck.lint.loopmodel.layers import mode_free, stops_recording
 from loopcheck.lint.loopmodel.nodes import FUNCTION_VALUE, _split_of, written
 from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, INFERENCE_PIPELINES, _NAME_ROLES, _named_as, is_lr_step_call
 from loopcheck.lint.loopmodel.traces import _expand, feasible
@@ -41,7 +42,13 @@ class BuilderResolution:
             loop.traces = [evs for evs, _ in expanded]
             loop.trace_ends = [end for _, end in expanded]
         self._classify_loops(events)
-        return ModuleModel(path=self.path, module=self.main.module, bindings=self.bindings, loops=self.loops, events=events)
+        # read only for the networks run or switched here (what a class's source shows is read whole)
+        run = {e.target for e in events if e.kind is EventKind.FORWARD}
+        switched = run | {e.target for e in events if e.kind in (EventKind.EVAL_MODE, EventKind.TRAIN_MODE)}
+        free = frozenset(name for name, cls in self.networks.items() if name in switched and mode_free(cls))
+        stopping = frozenset(name for name, cls in self.networks.items() if name in run and stops_recording(cls))
+        return ModuleModel(path=self.path, module=self.main.module, bindings=self.bindings, loops=self.loops,
+                           events=events, mode_free=free, stops_recording=stopping)
 
     def _all_loops(self) -> Iterator[Loop]:
         for loop in self.loops:

@@ -19,6 +19,7 @@ from loopcheck.lint.loopmodel.nodes import (
     _kw,
     _literal_bool,
     _positional,
+    _scale_call,
     _string,
     _target_names,
     _unmoved,
@@ -285,7 +286,7 @@ class BuilderStatements:
             iter_node = stmt.test
         parent = self.loop_stack[-1] if self.loop_stack else None
         loop = Loop(kind=LoopKind.OTHER, node=stmt, path=frame.unit.path, module=frame.unit.module, parent=parent, via=frame.via,
-                    iter_text=frame.unit.text(iter_node))
+                    iter_text=frame.unit.text(iter_node), guards=tuple(self.guards))
         loop.loader = self._loader_of(iter_node, frame) if type(stmt) is cst.For else None
         loop.generates = type(stmt) is cst.For and _generation_loop(frame, loop.iter_text, stmt)
         if loop.loader:
@@ -444,6 +445,8 @@ class BuilderStatements:
 
 
     def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, frame: _Frame, stmt: cst.CSTNode) -> None:
+        if type(target) is cst.Name:
+            self._note_scaled(target.value, value, frame)
         if type(target) in (cst.Tuple, cst.List):
             val = self.value_of(value, frame)
             elems = [e.value for e in target.elements]
@@ -466,6 +469,13 @@ class BuilderStatements:
                 owner = self._grad_owner(target.value, frame)
                 self.event(EventKind.ZERO_GRAD, owner, stmt, frame, form="grad_none" if _is_none(value) else "grad_zero",
                            set_to_none=_is_none(value), subset=self.param_filters > 0)
+            else:  # a gradient the code computed itself: what a step after it applies
+                self.event(EventKind.GRAD_WRITE, self._grad_owner(target.value, frame), stmt, frame)
+            return
+        if type(target) is cst.Attribute and target.attr.value == "grad_sample":
+            # per-sample gradients computed by hand, which a differentially private optimizer
+            # (Opacus) clips, averages and applies instead of `.grad`
+            self.event(EventKind.GRAD_WRITE, self._grad_owner(target.value, frame), stmt, frame)
             return
         if type(target) is cst.Attribute and target.attr.value == "requires_grad":
             if _literal_bool(value) is False:
@@ -474,6 +484,26 @@ class BuilderStatements:
                     self.frozen.add(owner)
             return
         self._assign_value(target, self.value_of(value, frame), value, frame)
+
+    def _note_scaled(self, name: str, value: cst.BaseExpression, frame: _Frame,
+                     into: dict[str, tuple[str | None, bool]] | None = None) -> None:
+        """Whether local `name` now holds a scaled loss: `scaler.scale(loss)`, or an expression of
+        a name of `frame` that does (`scaled / accumulation`). Noted in `frame.scaled`, or in `into`
+        (the parameters of a call `value` is passed to)."""
+        table = frame.scaled if into is None else into
+        call = _scale_call(value)
+        if call is None and type(value) is cst.BinaryOperation:  # `scaler.scale(loss) / accumulation`
+            call = next((c for c in (_scale_call(n) for n, _ in walk(value)) if c is not None), None)
+        if call is not None:
+            table[name] = (self.target(call.func.value, frame), not frame.branches)  # type: ignore[attr-defined]
+            return
+        if not frame.scaled:
+            return
+        used = [frame.scaled[n.value] for n, _ in walk(value) if type(n) is cst.Name and n.value in frame.scaled]
+        if used:
+            table[name] = (used[0][0], all(certain for _, certain in used) and not frame.branches)
+        else:
+            table.pop(name, None)
 
     def _assign_value(self, target: cst.BaseExpression, val: _Value, value: cst.BaseExpression | None, frame: _Frame) -> None:
         if value is not None and (type(value) in (cst.Lambda, cst.Call) or self.deferred):

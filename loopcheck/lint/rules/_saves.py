@@ -28,6 +28,10 @@ MODEL, OPTIMIZER, SCHEDULER, SCALER, PROGRESS, RNG, EMA = (
     "model", "optimizer", "scheduler", "scaler", "progress", "rng", "ema",
 )
 TRAINING_STATE = frozenset({OPTIMIZER, SCHEDULER, SCALER, PROGRESS, RNG})
+# the state of a whole training run (`state.state_dict()` of a trainer's state object): it may hold
+# anything, so what the checkpoint lacks is not known
+WHOLE_RUN = "whole run"
+_WHOLE_RUN_TOKENS = frozenset({"state", "trainer", "runner", "learner", "solver", "workspace"})
 _ROLE_ITEM = {
     Role.OPTIMIZER: OPTIMIZER,
     Role.SCHEDULER: SCHEDULER,
@@ -68,7 +72,9 @@ def object_item(name: str, model: ModuleModel) -> str | None:
         return _ROLE_ITEM[role]
     last = name.split(".")[-1].split("[")[0]
     item = key_item(last, "")
-    return item if item in (OPTIMIZER, SCHEDULER, SCALER, EMA) else None
+    if item in (OPTIMIZER, SCHEDULER, SCALER, EMA):
+        return item
+    return WHOLE_RUN if role is None and _tokens(last)[-1:] and _tokens(last)[-1] in _WHOLE_RUN_TOKENS else None
 
 
 def key_item(key: str, value: str) -> str | None:
@@ -109,6 +115,7 @@ class Saved:
     joined: set[str] = field(default_factory=set)  # items of the component files saved next to it
     declined: set[str] = field(default_factory=set)  # entries saved as `None` on purpose (an inference export)
     function: str = ""  # name of the function the save is written in
+    test_only: bool = False  # written by a test function that steps no optimizer
 
     @property
     def training_state(self) -> set[str]:
@@ -154,6 +161,8 @@ def classify(event: Event, model: ModuleModel) -> Saved:
     for text in [*(str(v) for v in values.values()), obj_text]:
         saved.items |= text_items(text, model)
     saved.progress_in_path = _path_has_progress(saved.path_text)
+    if WHOLE_RUN in saved.items or detail.get("computed_keys"):
+        saved.known = False  # the run's whole state, or entries under computed keys: not known
     return saved
 
 
@@ -227,11 +236,14 @@ class Facts:
         self.saves: list[Saved] = []
         trace = Trace.of(ctx)
         seen: set[tuple] = set()
+        stepping = {trace.entry(e) for e in events if e.kind in (K.STEP, K.SCALER_STEP)}
         for i, e in enumerate(trace.events):
             # one save helper called from two places writes two checkpoints
             if e.kind is K.SAVE and Trace.remember(seen, e, *(id(c.node) for c in e.via)):
                 saved = classify(e, model)
                 saved.unit = trace.units[i]
+                # a test of saving and loading that trains nothing writes no training checkpoint
+                saved.test_only = trace.entry(e) not in stepping and _test_function(trace.entry_function(e))
                 self.saves.append(saved)
         for saved in self.saves:
             for part in self.saves:
@@ -260,7 +272,7 @@ class Facts:
         if not self.trains:
             return
         for saved in self.saves:
-            if not saved.known or saved.whole_object or saved.component:
+            if not saved.known or saved.whole_object or saved.component or saved.test_only:
                 continue
             if saved.declined & {OPTIMIZER, SCHEDULER, SCALER}:
                 continue  # `"optimizer": None`: the file is declared not to resume training
@@ -282,6 +294,10 @@ class Facts:
                 and self.resumes_from(saved)
             ):
                 yield saved
+
+
+def _test_function(fdef: cst.FunctionDef | None) -> bool:
+    return fdef is not None and fdef.name.value.startswith("test")
 
 
 def _reloads_after(load: Event, save: Event) -> bool:

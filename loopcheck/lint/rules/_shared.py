@@ -146,9 +146,16 @@ class Trace:
         """The entry point the event was reached from: the outermost function of this file
         around it or around the call that reached it (None for the module body), or another file."""
         site = event.via[0] if event.via else None
-        path, node = (site.path, site.node) if site is not None else (event.path, event.node)
+        path = site.path if site is not None else event.path
         if path != self.path:
             return ("file", path)
+        outermost = self.entry_function(event)
+        return ("function", id(outermost) if outermost is not None else None)
+
+    def entry_function(self, event: Event) -> cst.FunctionDef | None:
+        """The outermost function of this file around the event or the call that reached it."""
+        site = event.via[0] if event.via else None
+        node = site.node if site is not None else event.node
         parents = module_nodes(self.module)[1]
         outermost = None
         current = node
@@ -156,7 +163,7 @@ class Trace:
             if isinstance(current, cst.FunctionDef):
                 outermost = current
             current = parents.get(id(current))
-        return ("function", id(outermost) if outermost is not None else None)
+        return outermost
 
     def function_at(self, line: int) -> int:
         """Start line of the outermost function around `line` (0: module level)."""

@@ -18,7 +18,7 @@ from loopcheck.findings import Finding, Severity
 from loopcheck.lint.loopmodel import CallSite, Event, EventKind, Loop, LoopKind, ModuleModel, Role
 from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._shared import Trace, exclusive, guard_key, inside, item_names, outermost
-from loopcheck.lint.rules._display import at as cited
+from loopcheck.lint.rules._display import at as cited, shown
 from loopcheck.lint.rules.base import FileContext, Rule, module_nodes
 from loopcheck.lint.syntax import walk
 
@@ -467,15 +467,16 @@ class EvalWithoutEvalMode(Rule):
                 key = (place.path, place.line, place.column)
                 if key not in reported:
                     reported.add(key)
+                    free = _mode_free(model, target)
                     yield self.finding(
                         ctx,
                         place,
                         what
                         + f" runs `{target}` in training mode (no `{target}.eval()` since "
                         + (f"`{state.target}.train()` on {cited(state)}" if state else "it was built")
-                        + "): dropout stays on and BatchNorm uses and updates batch statistics; "
-                        f"call `{target}.eval()` before {where}",
-                        severity=None if built_here else Severity.WARNING,
+                        + "): " + (_NO_EFFECT_YET if free else "dropout stays on and BatchNorm uses and updates batch statistics; ")
+                        + f"call `{target}.eval()` before {where}",
+                        severity=None if built_here and not free else Severity.WARNING,
                     )
                 break
 
@@ -566,10 +567,13 @@ class EvalWithoutNoGrad(Rule):
     code = "LC302"
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        stopping = ctx.model.stops_recording  # networks whose forward may turn recording off itself
         for loop, forwards in _evaluation_loops(ctx.model, averaged=True):
             forward = forwards[0]
             if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
                 continue  # a library's `generate` turns recording off itself
+            if forward.target in stopping:
+                continue
             if _NEEDS_GRAPH.search(_loop_source(ctx, loop)) or any(
                     _NEEDS_GRAPH.search(source) for source in _helpers_on_the_way(forward, loop)):
                 continue
@@ -590,6 +594,8 @@ class EvalWithoutNoGrad(Rule):
                     "no optimizer updates it: backward also runs through it and fills gradients nothing uses")
                    for loop, forward in _frozen_forwards(ctx)]
         for forward, what, why in passes:
+            if forward.target in stopping:
+                continue
             yield self.finding(
                 ctx,
                 _in_file(forward, forward, ctx.path),
@@ -597,7 +603,7 @@ class EvalWithoutNoGrad(Rule):
                 f"kept for a backward that brings nothing; wrap it in `torch.no_grad()`",
             )
         for loop, forward, site in _evaluation_calls(model, _trained(model)):
-            if forward.no_grad or forward.grad_conditional or forward.detail.get("generate"):
+            if forward.no_grad or forward.grad_conditional or forward.detail.get("generate") or forward.target in stopping:
                 continue
             if _NEEDS_GRAPH.search(_function_source(forward)):
                 continue
@@ -694,7 +700,7 @@ class TrainModeNotRestored(Rule):
             following = iteration[:at] + [e for e in iteration[at + 1 :] if exclusive(e, event)]
             occasional: list[Event] = []  # train() calls skipped as not run every iteration
             for later in rest + following:
-                if later.kind in _MODES and _now_and_then(later, event):
+                if later.kind in _MODES and _now_and_then(later, event, loop):
                     if later.kind is K.TRAIN_MODE and _same_model(later.target, target):
                         occasional.append(later)
                     continue  # `if step % eval_every == 0: evaluate()`: not every iteration switches
@@ -721,19 +727,40 @@ class TrainModeNotRestored(Rule):
                         e.kind is K.TRAIN_MODE and _same_model(e.target, target) for e in model.events)
                     # the training loop's file holds the defect: a loop of another module (reached
                     # through a call of this one) is reported there, once, not at each caller
+                    free = _mode_free(model, target)
                     yield self.finding(
                         ctx,
                         _in_file(event, event, loop.path),
-                        f"`{target}.eval()` "
+                        _switch_text(event, target, "eval")
                         + (f"({cited(event)}, reached from this call) " if event.path != loop.path else "")
                         + f"in the {where} loop is never undone: the next backward "
-                        f"({cited(later)}) trains `{target}` in eval mode, with dropout off and "
-                        f"BatchNorm statistics frozen; call `{target}.train()` before training resumes"
+                        f"({cited(later)}) trains `{target}` in eval mode"
+                        + (": " + _NO_EFFECT_YET if free else ", with dropout off and BatchNorm statistics frozen; ")
+                        + f"call `{target}.train()` before training resumes"
                         + ("" if wanted else f" (the code read never puts `{target}` in train mode: if it "
                                              "trains in eval mode on purpose, suppress this)"),
-                        severity=None if wanted else Severity.WARNING,
+                        severity=None if wanted and not free else Severity.WARNING,
                     )
                     break
+
+
+def _switch_text(event: Event, target: str, mode: str) -> str:
+    """`model.eval()`, or the switch as written when it names the network otherwise (`self.eval()`
+    in the network's own method, called on `model`), with the network it switches."""
+    written = node_code(event.node, event.module).strip() if event.module is not None else ""
+    if not written or written == f"{shown(target)}.{mode}()" or type(event.node) is not cst.Call:
+        return f"`{target}.{mode}()` "
+    return f"`{written}` (on `{target}`) "
+
+
+# a network whose class has no layer that depends on the mode (`ModuleModel.mode_free`)
+_NO_EFFECT_YET = ("its class has no dropout, no batch norm and nothing that reads `self.training`, so "
+                  "nothing changes today, but a layer added later would silently misbehave; ")
+
+
+def _mode_free(model: ModuleModel, target: str) -> bool:
+    """The network computes the same in both modes, as its project class shows (`loopmodel.layers`)."""
+    return target in model.mode_free
 
 
 def _wrapped(model: ModuleModel, a: str | None, b: str | None) -> bool:
@@ -746,11 +773,24 @@ def _wrapped(model: ModuleModel, a: str | None, b: str | None) -> bool:
     return False
 
 
-def _now_and_then(later: Event, event: Event) -> bool:
+def _now_and_then(later: Event, event: Event, within: Loop | None = None) -> bool:
     """`later` sits under an every-N-steps condition (`step % k == 0`) that `event` is not under:
-    most iterations do not run it."""
-    own = {guard_key(g.text, g.negated) for g in event.guards}
-    return any("%" in g.text and not g.negated and guard_key(g.text, g.negated) not in own for g in later.guards)
+    most iterations do not run it. `within`: the loop whose iterations count (the conditions of
+    the loops nested in it, between it and either event, count too)."""
+    own = {guard_key(g.text, g.negated) for g in _guards_within(event, within)}
+    return any("%" in g.text and not g.negated and guard_key(g.text, g.negated) not in own
+               for g in _guards_within(later, within))
+
+
+def _guards_within(event: Event, outer: Loop | None) -> list:
+    """The conditions `event` runs under inside `outer`: its own, then those of each nested loop
+    around it up to `outer` (`evaluate()` under `if it % k == 0:`, whose loop switches modes)."""
+    guards = list(event.guards)
+    loop = event.loop
+    while outer is not None and loop is not None and loop is not outer:
+        guards.extend(loop.guards)
+        loop = loop.parent
+    return guards
 
 
 def _runs_whenever(first: Event, then: Event) -> bool:

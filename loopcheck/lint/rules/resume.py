@@ -23,6 +23,7 @@ from loopcheck.lint.rules._saves import (
     SCALER,
     SCHEDULER,
     TRAINING_STATE,
+    WHOLE_RUN,
     Facts,
     Saved,
     key_item,
@@ -591,6 +592,8 @@ class ResumeStateNotRestored(Rule):
             own = [_restored_items(r, saved_keys, facts.model) for r in restores]
             restored = set().union(*own)
             restored |= _restored_by_hand(index_for(ctx.path, ctx.module))
+            if WHOLE_RUN in restored:
+                continue  # the whole run's state object loads it all back (`state.load_state_dict(...)`)
             resume = next(
                 (r for r, items in zip(restores, own) if self._resumes(r, items, checkpoints, trace, ctx)), None
             )
@@ -619,6 +622,8 @@ class ResumeStateNotRestored(Rule):
             return False
         if _RESUME_TEXT.search(path_text) or any(_RESUME_TEXT.search(g.text) for g in event.guards):
             return True
+        if _loads_partially(event, ctx):
+            return False  # `load_state_dict(weights, strict=False)`: initialised from other weights
         if any(_RESUME_FUNCTION.search(f) for f in functions):
             return True
         # `if os.path.exists(ckpt_path): ckpt = torch.load(ckpt_path)` before the loop that saves there
@@ -631,6 +636,23 @@ class ResumeStateNotRestored(Rule):
             if load_path and _resolve_value(saved.path_text, saved.event, ctx) == load_path:
                 return True
         return False
+
+
+_NOT_STRICT = re.compile(r"\bstrict\s*=\s*False\b")
+
+
+def _loads_partially(event: Event, ctx: FileContext) -> bool:
+    """The function that loads the file puts weights into the network with `strict=False`
+    (dropping the keys whose shapes differ): an initialisation from released or pretrained
+    weights, which a resume of the run's own checkpoint never needs."""
+    module = module_of(event.path, ctx)
+    if module is None:
+        return False
+    parents = index_for(event.path, module).parent
+    node = parents.get(id(event.node))
+    while node is not None and not isinstance(node, cst.FunctionDef):
+        node = parents.get(id(node))
+    return node is not None and bool(_NOT_STRICT.search(node_code(node, module)))
 
 
 def _frame(event: Event, trace: Trace) -> tuple[tuple[str, int], int] | None:

@@ -79,6 +79,7 @@ class _LoopView:
                 self.aliases.setdefault(opt, set()).add(wrapper)
         self.single = len(self.steps) == 1
         self.backwards = [e for e in self.all_events if e.kind is EventKind.BACKWARD]
+        self.writes = [e for e in self.all_events if e.kind is EventKind.GRAD_WRITE]
         self.child_backward = any(
             e.kind is EventKind.BACKWARD for child in loop.children for e in child.all_events()
         )
@@ -105,6 +106,23 @@ class _LoopView:
         if self.model.role(target) is Role.OPTIMIZER:
             return False
         return self.single or not definite
+
+    def written_between(self, first: Event, last: Event) -> bool:
+        """A gradient is written by hand (`p.grad = g`) in this loop after `first` and before
+        `last` in the order the entry point runs them, nested loops and helpers included (`last`
+        written before `first`: in the next iteration)."""
+        if not self.writes:
+            return False
+        order = self.__dict__.get("_order")
+        if order is None:
+            order = self._order = {id(e): i for i, e in enumerate(self.model.events)}
+        start, end = order.get(id(first)), order.get(id(last))
+        if start is None or end is None:
+            return False
+        if start < end:
+            return any(start < order.get(id(w), -1) < end for w in self.writes)
+        # `first` in one iteration, `last` in the next: after the one or before the other
+        return any(not end <= order.get(id(w), end) <= start for w in self.writes)
 
     def reset_by_others(self, opt: str) -> bool:
         """Every network `opt` updates has its gradients reset in the loop by another optimizer's
@@ -162,11 +180,13 @@ def _scan(view: _LoopView, opt: str) -> Iterator[tuple[str, Event, Event, Event 
 
     def marks(trace: list[Event]) -> str:
         """One letter per event of a trace: what the scan looks for (marked once per trace, not
-        once per pair of traces): S a step of `opt`, B a backward pass, R a reset covering it."""
+        once per pair of traces): S a step of `opt`, B a backward pass, W a gradient written by
+        hand (`p.grad = g`), R a reset covering it."""
         found = marked.get(id(trace))
         if found is None:
             found = marked[id(trace)] = "".join(
                 "S" if stepped_optimizer(ev) == opt else "B" if ev.kind is EventKind.BACKWARD
+                else "W" if ev.kind is EventKind.GRAD_WRITE
                 else "R" if view.covers(ev, opt, definite=True) else "." for ev in trace)
         return found
 
@@ -183,11 +203,15 @@ def _scan(view: _LoopView, opt: str) -> Iterator[tuple[str, Event, Event, Event 
         pair = (first, second)
         for i in steps:
             i += offset
-            # the nearest reset, backward or step before the step: a reset only counts first
-            reset_at = max(signs.rfind("R", 0, i), signs.rfind("B", 0, i), signs.rfind("S", 0, i))
+            # the nearest reset, backward, write or step before the step: a reset only counts first
+            reset_at = max(signs.rfind(sign, 0, i) for sign in "RBWS")
             if reset_at == -1 or signs[reset_at] != "R":
                 continue
-            backward_at = max(signs.rfind("B", 0, reset_at), signs.rfind("S", 0, reset_at))
+            backward_at = max(signs.rfind(sign, 0, reset_at) for sign in "BWS")
+            if backward_at != -1 and signs[backward_at] == "W":
+                continue  # gradients written by hand before the reset: what they were for is not known
+            if view.written_between(_nth(pair, reset_at), _nth(pair, i)):
+                continue  # a helper's loop over the parameters writes them (`alpha.grad = ...`)
             if backward_at == -1 or signs[backward_at] != "B":
                 yield "nobackward", _nth(pair, reset_at), _nth(pair, i), None, False
             else:
@@ -373,6 +397,10 @@ class ZeroGradBetweenBackwardAndStep(Rule):
                     continue  # another optimizer may be stepped by a helper the model did not follow
                 for earlier, reset, later, step in _wiping_resets(view, opt):
                     if id(reset) in reported or _grad_read_between(ctx, earlier, reset):
+                        continue
+                    if earlier.detail.get("retain_graph"):
+                        # a first pass that keeps its graph for the second one was run for what
+                        # it leaves behind (per-sample norms that rescale the second loss)
                         continue
                     reported.add(id(reset))
                     first = earlier.detail.get("loss_text") or "loss"
