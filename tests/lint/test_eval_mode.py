@@ -1199,6 +1199,9 @@ def test_a_network_whose_forward_turns_recording_off_itself_is_not_asked_to():
     plain = source.replace("            with torch.no_grad():\n                fake", "            fake")
     assert plain != source
     assert [f.code for f in _support.findings(plain, ["LC302"])] == ["LC302"]
+    # a tuple of what it computed so
+    pair = source.replace("            return fake", "            return fake, batch")
+    assert pair != source and _support.findings(pair.replace("images = model", "images, _ = model"), ["LC302"]) == []
     # only a frozen part under no_grad, the rest recorded: still asked to
     part = source.replace("            return fake", "            return self.generator(fake)")
     assert part != source

@@ -46,7 +46,7 @@ def stops_recording(cls: _Class) -> bool:
     such a `with`, or it returns a name bound inside one (`elif mode == "inference": with
     torch.no_grad(): fake = self.generate(...)` then `return fake`). A forward that only runs a
     part under `no_grad` (a frozen backbone before a trained head) records the rest."""
-    found = cls.method("forward")
+    found = cls.method("forward") or cls.method("__call__")  # a plain class called like a network
     if found is None:
         return False
     fdef, owner = found
@@ -61,8 +61,8 @@ def stops_recording(cls: _Class) -> bool:
             bound_off.update(n for inner, _ in walk(node.body) if type(inner) is cst.Assign
                              for t in inner.targets for n in _target_names(t.target))
     return bool(bound_off) and any(
-        type(node) is cst.Return and type(node.value) is cst.Name and node.value.value in bound_off
-        for node, _ in walk(fdef.body))
+        type(node) is cst.Return and node.value is not None and bound_off & set(_target_names(node.value))
+        for node, _ in walk(fdef.body))  # `return fake`, `return z, c`
 
 
 class _Scan:
