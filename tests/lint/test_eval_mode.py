@@ -1206,3 +1206,44 @@ def test_a_network_whose_forward_turns_recording_off_itself_is_not_asked_to():
     part = source.replace("            return fake", "            return self.generator(fake)")
     assert part != source
     assert [f.code for f in _support.findings(part, ["LC302"])] == ["LC302"]
+
+
+def test_a_train_on_a_network_looked_up_by_name_may_restore_it():
+    # a trainer whose steps pick their network by name; the evaluator switches the encoder
+    source = HEAD + textwrap.dedent("""
+        class Trainer:
+            def __init__(self, encoder, decoder, optimizer):
+                self.encoder = encoder
+                self.decoder = decoder
+                self.optimizer = optimizer
+
+            def lm_step(self, name, batch):
+                model = getattr(self, name)
+                model.train()
+                self.optimizer.zero_grad()
+                model(batch).mean().backward()
+                self.optimizer.step()
+
+            def ae_step(self, batch):
+                self.encoder.train()
+                self.optimizer.zero_grad()
+                F.mse_loss(self.encoder(batch), batch).backward()
+                self.optimizer.step()
+
+            def evaluate(self, batches):
+                self.encoder.eval()
+                with torch.no_grad():
+                    for batch in batches:
+                        self.encoder(batch)
+
+        def main(encoder, decoder, loader, valid, epochs, name):
+            trainer = Trainer(encoder, decoder, torch.optim.Adam(encoder.parameters()))
+            for epoch in range(epochs):
+                for batch in loader:
+                    trainer.lm_step(name, batch)
+                    trainer.ae_step(batch)
+                trainer.evaluate(valid)
+    """)
+    assert _lc303(source) == []
+    # the network picked by a literal name is the decoder: the encoder trains in eval mode first
+    assert len(_lc303(source.replace("getattr(self, name)", "self.decoder"))) == 1

@@ -60,6 +60,63 @@ def test_appended_loss_is_kept_across_iterations():
     """)
 
 
+def test_the_other_items_of_a_tuple_the_loss_came_in_are_not_the_loss():
+    # a sequence tagger's loss comes back with the number of tokens it averages over
+    check("""
+        def train(model, loader, opt):
+            tokens = 0
+            for batch in loader:
+                opt.zero_grad()
+                loss = model.forward_loss(batch)
+                if isinstance(loss, tuple):
+                    tokens += loss[1]
+                    loss = loss[0]
+                loss.backward()
+                opt.step()
+    """)
+    # the item that is the loss is
+    check("""
+        def train(model, loader, opt):
+            total = 0
+            for batch in loader:
+                opt.zero_grad()
+                loss = model.forward_loss(batch)
+                total += loss[0]  # expect: LC601
+                loss = loss[0]
+                loss.backward()
+                opt.step()
+    """)
+
+
+def test_outputs_kept_in_the_first_iteration_only_do_not_grow():
+    # a test keeps the first step's outputs to compare them with a second implementation's
+    check("""
+        def run(model, batches, opt, steps):
+            first = []
+            for step in range(steps):
+                opt.zero_grad()
+                for x, dy in batches:
+                    y = model(x)
+                    y.backward(dy)
+                    if step == 0:
+                        first.append(y)
+                opt.step()
+    """)
+    # kept at every step, it grows
+    check("""
+        def run(model, batches, opt, steps):
+            first = []
+            for step in range(steps):
+                opt.zero_grad()
+                for x, dy in batches:
+                    y = model(x)
+                    y.backward(dy)
+                    if step > 0:
+                        first.append(y)  # expect: LC601
+                opt.step()
+    """)
+
+
 def test_running_total_and_weighted_total_keep_the_graph():
     check("""
         def train(model, loader, opt):

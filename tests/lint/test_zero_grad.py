@@ -596,3 +596,30 @@ def test_per_sample_gradients_written_by_hand_feed_the_step() -> None:
     """
     assert lc1(source) == []
     assert lc1(source.replace("p.grad_sample = g", "p.data = g")) == [(11, "LC104")]
+
+
+def test_a_gan_built_by_one_factory_called_twice_is_clean() -> None:
+    # the two networks and their optimizers come from one helper (its locals are the same names
+    # both times): nothing may be read as one network reset or trained by the other's optimizer
+    source = """
+        import torch
+        from torch import nn
+
+        def make(width):
+            net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+            opt = torch.optim.Adam(net.parameters(), lr=2e-4)
+            return net, opt
+
+        def train(loader):
+            gen, opt_g = make(16)
+            disc, opt_d = make(16)
+            for real in loader:
+                fake = gen(torch.randn(8, 16))
+                opt_d.zero_grad()
+                (disc(real).mean() - disc(fake.detach()).mean()).backward()
+                opt_d.step()
+                opt_g.zero_grad()
+                (-disc(fake).mean()).backward()
+                opt_g.step()
+    """
+    assert lint_source(textwrap.dedent(source), path="train.py", select=["LC1", "LC3"]) == []

@@ -400,8 +400,16 @@ class BuilderCalls:
         known = self._truth(mode, frame) if mode is not None else True
         kind = EventKind.EVAL_MODE if attr == "eval" or known is False else EventKind.TRAIN_MODE
         self.use(name, attr, frame)
-        self.event(kind, name, call, frame, pending="mode", conditional=known is None, container=held is not None)
+        self.event(kind, name, call, frame, pending="mode", conditional=known is None,
+                   container=held is not None or self._looked_up_by_name(name))
         return True
+
+    def _looked_up_by_name(self, name: str) -> bool:
+        """`model = getattr(self, name)`: one of the object's networks, which one is not known here."""
+        found = self.assigned.get(name)
+        value = found[1] if found is not None else None
+        return (type(value) is cst.Call and _dotted(value.func) == "getattr" and len(value.args) >= 2
+                and type(value.args[1].value) is not cst.SimpleString)
 
     def _m_forward(self, call: cst.Call, recv: cst.BaseExpression, frame: _Frame) -> bool:
         name = self.target(recv, frame)

@@ -708,6 +708,8 @@ class TrainModeNotRestored(Rule):
                     break  # switched again (back to train, or eval again: that one is judged)
                 if later.kind is K.TRAIN_MODE and (later.target or "").startswith(f"{target}."):
                     break  # the part that trains is switched back (`model.head.train()`, the rest frozen)
+                if later.kind is K.TRAIN_MODE and later.detail.get("container"):
+                    break  # `getattr(self, name).train()`, `self.models[k].train()`: it may be this one
                 if later.kind is K.TRAIN_MODE and "." not in (later.target or ".") and not (
                     later.target in run and target in run and not _wrapped(model, later.target, target)
                 ):

@@ -24,6 +24,7 @@ from loopcheck.lint.loopmodel import EventKind, Role
 from loopcheck.lint.positions import node_code
 from loopcheck.lint.rules._shared import classes_of, nodes_of
 from loopcheck.lint.rules.base import FileContext, Rule
+from loopcheck.lint.syntax import walk
 from loopcheck.lint.values import (
     ACTIVATION_FUNCS,
     ACTIVATION_LAYERS,
@@ -454,6 +455,18 @@ def _key(expr: cst.BaseExpression) -> str:
     return dotted(expr) or node_code(expr)
 
 
+def _index_text(expr: cst.Subscript) -> str | None:
+    """`0` for `loss[0]`, `'total'` for `out["total"]`: a single literal index, else None."""
+    if len(expr.slice) != 1 or type(expr.slice[0].slice) is not cst.Index:
+        return None
+    value = expr.slice[0].slice.value
+    if type(value) is cst.Integer:
+        return value.value
+    if type(value) is cst.SimpleString:
+        return repr(value.evaluated_value)
+    return None
+
+
 def _root(expr: cst.BaseExpression) -> str | None:
     """`history` for `history["train"]`, `self.losses` for `self.losses`, None for calls."""
     while isinstance(expr, cst.Subscript):
@@ -479,6 +492,9 @@ class _LossTracker:
         self.index = index
         self.targets = targets  # what backward() is called on here: always a tensor with a graph
         self.losses: set[str] = set(targets)
+        # `loss = loss[0]` before the backward: the name held a tuple whose item 0 is the loss (the
+        # others are counts, logs): container name -> the index of the loss
+        self.picked: dict[str, str] = {}
 
     def carries(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
         """The part of `expr` that holds a loss, as a tensor still attached to its graph (a name or
@@ -517,6 +533,9 @@ class _LossTracker:
         if _key(expr) in self.losses:
             return expr
         if isinstance(expr, cst.Subscript) and _root(expr) in self.losses:
+            picked = self.picked.get(_key(expr.value))
+            if picked is not None and _index_text(expr) != picked:
+                return None  # another item of the tuple the loss came in (`average_over += loss[1]`)
             return expr
         return None
 
@@ -656,6 +675,11 @@ def _kept_losses(
     targets.discard("")
     targets |= _back_propagated_aliases(body, targets) if targets else set()
     tracker = _LossTracker(flow, index, targets)
+    for n in body:
+        if type(n) is cst.Assign and len(n.targets) == 1 and type(n.value) is cst.Subscript:
+            name = _key(n.targets[0].target)
+            if name in targets and _key(n.value.value) == name and _index_text(n.value) is not None:
+                tracker.picked[name] = _index_text(n.value)  # type: ignore[assignment]
     spared: set[str] | None = None
 
     def kept_on_purpose(name: str) -> bool:
@@ -685,7 +709,7 @@ def _kept_losses(
                 tracker.losses.discard(name)
         elif kind is cst.AugAssign and type(n.operator) in (cst.AddAssign, cst.SubtractAssign):
             root = _root(n.target)
-            loss = None if _under_no_grad(index, n, loop) else tracker.carries(n.value, n)
+            loss = None if _under_no_grad(index, n, loop) or _one_iteration(index, n) else tracker.carries(n.value, n)
             if loss is not None and root and not kept_on_purpose(root):
                 yield n, _key(n.target), _key(loss)
         elif kind is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value in _KEEP_METHODS:
@@ -693,6 +717,8 @@ def _kept_losses(
             root = _root(holder)
             if root is None or not _may_keep(index, n) or _under_no_grad(index, n, loop) or kept_on_purpose(root):
                 continue
+            if _one_iteration(index, n):
+                continue  # `if step == 0: outputs.append(y)`: kept once, for a comparison later
             if _stores_detached(flow, index, n):
                 continue
             for arg in n.args:
@@ -839,6 +865,27 @@ def _backpropagated_names(index: ModuleIndex, scope: cst.CSTNode) -> set[str]:
         if isinstance(n, cst.Assign) and any(_key(t.target) in keys for t in n.targets):
             out |= _names_in(index, n.value)
     return out
+
+
+def _one_iteration(index: ModuleIndex, node: cst.CSTNode) -> bool:
+    """`node` runs under `if step == 0:` where `step` counts a loop around it (in its function):
+    in one iteration of that loop only, so what it keeps does not grow with the run."""
+    counters: set[str] = set()
+    tests: list[cst.BaseExpression] = []
+    child, current = node, index.parent.get(id(node))
+    while current is not None and type(current) not in _SCOPES:
+        if type(current) is cst.If and current.body is child:
+            tests.append(current.test)
+        elif type(current) is cst.For:
+            counters.update(n.value for n, _ in walk(current.target) if type(n) is cst.Name)
+        child, current = current, index.parent.get(id(current))
+    for test in tests:
+        if type(test) is cst.Comparison and len(test.comparisons) == 1 \
+                and type(test.comparisons[0].operator) is cst.Equal:
+            sides = (test.left, test.comparisons[0].comparator)
+            if any(type(a) is cst.Name and a.value in counters and type(b) is cst.Integer for a, b in (sides, sides[::-1])):
+                return True
+    return False
 
 
 def _under_no_grad(index: ModuleIndex, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
