@@ -1247,3 +1247,25 @@ def test_a_train_on_a_network_looked_up_by_name_may_restore_it():
     assert _lc303(source) == []
     # the network picked by a literal name is the decoder: the encoder trains in eval mode first
     assert len(_lc303(source.replace("getattr(self, name)", "self.decoder"))) == 1
+
+
+def test_a_grad_context_chosen_at_run_time_is_not_judged():
+    # an embedder that records only when it is fine-tuned
+    source = HEAD + textwrap.dedent("""
+        class Embedder(nn.Module):
+            def __init__(self, encoder, fine_tune):
+                super().__init__()
+                self.encoder = encoder
+                self.fine_tune = fine_tune
+
+            def embed(self, batches):
+                out = []
+                context = torch.enable_grad() if self.fine_tune and self.training else torch.no_grad()
+                with context:
+                    for batch in batches:
+                        out.append(self.encoder(batch))
+                return out
+    """)
+    assert _support.findings(source, ["LC302"]) == []
+    plain = source.replace("with context:", "if context:")
+    assert [f.code for f in _support.findings(plain, ["LC302"])] == ["LC302"]

@@ -32,6 +32,10 @@ from loopcheck.lint.positions import node_code
 from loopcheck.lint.syntax import walk
 
 
+# context managers that set whether autograd records
+_GRAD_CONTEXTS = frozenset({"no_grad", "inference_mode", "enable_grad", "set_grad_enabled"})
+
+
 class BuilderStatements:
     """The builder's part for statements."""
 
@@ -361,6 +365,16 @@ class BuilderStatements:
             self.divided[target.value] = self.value_of(loss, frame).divided
 
     def _enter_context(self, expr: cst.BaseExpression, node: cst.CSTNode, frame: _Frame) -> None:
+        if type(expr) is cst.Name:  # `with gradient_context:` bound before
+            found = self.assigned.get(self.canon(expr, frame) or "")
+            if found is not None and type(found[1]) is cst.IfExp:
+                expr = found[1]
+        if type(expr) is cst.IfExp:
+            # `torch.enable_grad() if fine_tune else torch.no_grad()`: recording depends on the run
+            if any(type(e) is cst.Call and (frame.unit.qualify(e.func) or "").rsplit(".", 1)[-1] in _GRAD_CONTEXTS
+                   for e in (expr.body, expr.orelse)):
+                frame.grad_conditional = True
+            return
         if type(expr) is not cst.Call:
             return
         qual = frame.unit.qualify(expr.func) or ""
