@@ -623,3 +623,29 @@ def test_a_gan_built_by_one_factory_called_twice_is_clean() -> None:
                 opt_g.step()
     """
     assert lint_source(textwrap.dedent(source), path="train.py", select=["LC1", "LC3"]) == []
+
+
+def test_branches_on_one_test_are_taken_together() -> None:
+    # two copies trained side by side, each only on the ranks that hold it: the reset, the
+    # backward and the step of a copy all sit under the same test
+    source = """
+        import torch
+        def compare(model_a, model_b, opt_a, opt_b, loader, rank, size_a, size_b):
+            for x, dy in loader:
+                if rank < size_a:
+                    opt_a.zero_grad()
+                if rank < size_b:
+                    opt_b.zero_grad()
+                if rank < size_a:
+                    model_a(x).backward(dy)
+                if rank < size_b:
+                    model_b(x).backward(dy)
+                if rank < size_a:
+                    opt_a.step()
+                if rank < size_b:
+                    opt_b.step()
+    """
+    assert lc1(source) == []
+    # a backward under a test of its own can be skipped while the reset and the step run
+    skipped = source.replace("if rank < size_a:\n                    model_a(x)", "if warmed_up:\n                    model_a(x)")
+    assert skipped != source and (14, "LC104") in lc1(skipped)

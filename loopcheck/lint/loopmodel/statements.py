@@ -132,7 +132,7 @@ class BuilderStatements:
             frame.branches -= 1
         if frame.rebound:
             self._merge_rebound(frame)
-        self.block.append(_Branch([body, other]))
+        self.block.append(_Branch([body, other], [(frame.name, text, True), (frame.name, text, False)]))
 
     @contextmanager
     def _as_instance(self, name: str, cls: _Class) -> Iterator[None]:

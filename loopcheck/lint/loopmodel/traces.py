@@ -7,10 +7,13 @@ from loopcheck.lint.loopmodel.nodes import _MAX_PATHS
 
 
 class _Branch:
-    __slots__ = ("alts",)
+    __slots__ = ("alts", "tests")
 
-    def __init__(self, alts: list[list]) -> None:
+    def __init__(self, alts: list[list], tests: list[tuple] | None = None) -> None:
         self.alts = alts
+        # what taking each alternative needs: (scope, test, truth) of an `if` and its `else`; a path
+        # that needs a test both true and false never runs (see `_expand`)
+        self.tests = tests
 
 
 class _CallBlock:
@@ -35,33 +38,50 @@ class _LoopRef:
 
 
 def _expand(block: list, dropped: set[int]) -> list[tuple[list[Event], str | None]]:
-    paths: list[tuple[list[Event], str | None]] = [([], None)]
+    """The paths of one iteration through `block`: (events, how the path ends)."""
+    return [(evs, term) for evs, term, _ in _paths(block, dropped)]
+
+
+def _paths(block: list, dropped: set[int]) -> list[tuple[list[Event], str | None, dict]]:
+    """`_expand`, each path with the branch tests it took (`_Branch.tests`): a path whose branches
+    need one test both true and false (the `if` of a reset taken, the same `if` of the backward
+    skipped) is left out, unless every way through a branch would be."""
+    paths: list[tuple[list[Event], str | None, dict]] = [([], None, {})]
     for element in block:
-        if all(term is not None for _, term in paths):
+        if all(term is not None for _, term, _ in paths):
             break
         if isinstance(element, Event):
             if id(element) in dropped:
                 continue
-            paths = [(evs + [element], None) if term is None else (evs, term) for evs, term in paths]
+            paths = [(evs + [element], None, needs) if term is None else (evs, term, needs) for evs, term, needs in paths]
             continue
         if isinstance(element, _LoopRef):
             continue
         if isinstance(element, _Jump):
-            paths = [(evs, element.kind) if term is None else (evs, term) for evs, term in paths]
+            paths = [(evs, element.kind, needs) if term is None else (evs, term, needs) for evs, term, needs in paths]
             continue
         if isinstance(element, _Branch):
-            subs: list[tuple[list[Event], str | None]] = []
-            for alt in element.alts:
-                subs.extend(_expand(alt, dropped))
+            subs: list[tuple[list[Event], str | None, dict]] = []
+            tests = element.tests or [None] * len(element.alts)
+            for alt, test in zip(element.alts, tests):
+                for evs, term, needs in _paths(alt, dropped):
+                    if test is not None:
+                        if needs.get(test[:2], test[2]) is not test[2]:
+                            continue
+                        needs = {**needs, test[:2]: test[2]}
+                    subs.append((evs, term, needs))
         else:  # _CallBlock: a return ends the helper, not the iteration
-            subs = [(evs, None if term == "return" else term) for evs, term in _expand(element.block, dropped)]
-        new: list[tuple[list[Event], str | None]] = []
+            subs = [(evs, None if term == "return" else term, needs) for evs, term, needs in _paths(element.block, dropped)]
+        new: list[tuple[list[Event], str | None, dict]] = []
         seen: set[tuple] = set()
-        for evs, term in paths:
+        for evs, term, needs in paths:
             if term is not None:
-                candidates = [(evs, term)]
+                candidates = [(evs, term, needs)]
             else:
-                candidates = [(evs + sub, sub_term) for sub, sub_term in subs]
+                candidates = [(evs + sub, sub_term, _joined(needs, sub_needs)) for sub, sub_term, sub_needs in subs
+                              if not needs or all(needs.get(k, v) is v for k, v in sub_needs.items())]
+                if not candidates:  # every way through conflicts: keep them all rather than none
+                    candidates = [(evs + sub, sub_term, needs) for sub, sub_term, _ in subs]
             for cand in candidates:
                 key = (tuple(id(e) for e in cand[0]), cand[1])
                 if key not in seen:
@@ -71,6 +91,15 @@ def _expand(block: list, dropped: set[int]) -> list[tuple[list[Event], str | Non
                 break
         paths = new[:_MAX_PATHS]
     return paths
+
+
+def _joined(needs: dict, more: dict) -> dict:
+    """The tests of a path and of the branch it takes next (shared when either has none)."""
+    if not more:
+        return needs
+    if not needs:
+        return more
+    return {**needs, **more}
 
 
 def _condition(text: str, negated: bool) -> tuple[str, bool]:
