@@ -404,6 +404,35 @@ def test_entries_under_computed_keys_leave_the_content_unknown():
     assert lc5(literal) == [(11, "LC505")]
 
 
+def test_data_cached_to_a_file_and_read_back_is_no_checkpoint():
+    # a script that simulates its training data once and reloads it on the next run
+    src = """
+    import os
+    import torch
+
+    def load_data(path, sampler):
+        if os.path.exists(path):
+            cached = torch.load(path, weights_only=True)
+            return cached["xs"], cached["ts"]
+        xs, ts = sampler()
+        torch.save({"xs": xs, "ts": ts}, path)
+        return xs, ts
+
+    def train(model, sampler, path, steps):
+        xs, ts = load_data(path, sampler)
+        optimizer = torch.optim.Adam(model.parameters())
+        for step in range(steps):
+            optimizer.zero_grad()
+            model(xs, ts).backward()
+            optimizer.step()
+    """
+    assert lc5(src) == []
+    # the network's weights cached and read back that way are a checkpoint without its optimizer
+    weights = src.replace('torch.save({"xs": xs, "ts": ts}, path)', 'torch.save({"model": model.state_dict()}, path)')
+    assert weights != src
+    assert (9, "LC501") in lc5(weights.replace("def load_data(path, sampler):", "def load_data(path, sampler, model=None):"))
+
+
 # --- LC507 resume-epoch-off-by-one -------------------------------------------------------------
 
 RESUME = """

@@ -1094,11 +1094,14 @@ def test_eval_never_undone_on_a_network_without_mode_dependent_layers_is_a_warni
     "nn.LSTM(300, 300, 2, dropout=0.2)",      # dropout between recurrent layers
     "nn.TransformerEncoderLayer(300, 4)",     # dropout 0.1 unless told otherwise
     "nn.RReLU()",                             # a random slope in training only
+    "timm.layers.Mlp(300)",                   # a library layer: its code is not read
     "Gate()",                                 # a project layer that reads self.training
     "make_head(300)",                         # a project helper that builds batch norm
 ])
 def test_a_network_with_a_mode_dependent_part_keeps_the_error(layer):
     parts = textwrap.dedent("""
+        import timm
+
         class Gate(nn.Module):
             def forward(self, x):
                 return x * 0.5 if self.training else x
@@ -1109,6 +1112,14 @@ def test_a_network_with_a_mode_dependent_part_keeps_the_error(layer):
     source = MODE_FREE.replace("nn.ReLU(), ", f"nn.ReLU(), {layer}, ").replace("\nclass TinyNet", parts + "\nclass TinyNet")
     ((severity, message),) = _lc303(source)
     assert severity == "ERROR" and "dropout off" in message
+
+
+def test_a_library_function_called_in_forward_builds_no_layer():
+    # the forward integrates with a library solver: nothing in it depends on the network's mode
+    source = ("import torchsde\n" + MODE_FREE).replace(
+        "return self.body(x.flatten(1))", "return torchsde.sdeint(self.body, x.flatten(1), self.ts)[-1]")
+    ((severity, message),) = _lc303(source)
+    assert severity == "WARNING" and "no dropout, no batch norm" in message
 
 
 def test_a_network_built_around_a_module_it_is_given_is_not_proven():

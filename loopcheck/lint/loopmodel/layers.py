@@ -21,8 +21,8 @@ from loopcheck.lint.loopmodel.units import _Class, _Unit
 from loopcheck.lint.syntax import walk
 
 # names that behave differently in train and eval mode (layers and their functional forms; RReLU
-# draws its slope at random only in training)
-_MODE_DEPENDENT = re.compile(r"dropout|batch_?norm|instance_?norm|rrelu", re.I)
+# draws its slope at random and drop-path / stochastic depth skips blocks only in training)
+_MODE_DEPENDENT = re.compile(r"dropout|drop_?path|stochastic_?depth|batch_?norm|instance_?norm|rrelu", re.I)
 # layers whose dropout argument is 0 unless given
 _DROPOUT_ARGUMENT = {"RNN": 5, "LSTM": 5, "GRU": 5, "MultiheadAttention": 2}  # -> its position
 # layers whose dropout argument defaults to 0.1
@@ -85,7 +85,10 @@ class _Scan:
         init = cls.methods.get("__init__")
         if init is not None and _keeps_arguments(init, cls.node):
             return False
-        return self.of_code(cls.node, unit)
+        # a library call in `forward` builds no layer of the network (one made there starts in
+        # train mode whatever the network's mode): only `__init__` and the rest must show theirs
+        return all(self.of_code(stmt, unit, in_forward=type(stmt) is cst.FunctionDef and stmt.name.value == "forward")
+                   for stmt in cls.node.body.body)
 
     def of_function(self, fdef: cst.FunctionDef, unit: _Unit) -> bool:
         if id(fdef) in self.seen:
@@ -93,18 +96,18 @@ class _Scan:
         self.seen.add(id(fdef))
         return self.of_code(fdef, unit)
 
-    def of_code(self, root: cst.CSTNode, unit: _Unit) -> bool:
+    def of_code(self, root: cst.CSTNode, unit: _Unit, in_forward: bool = False) -> bool:
         for node, _ in walk(root):
             kind = type(node)
             if kind is cst.Name and _MODE_DEPENDENT.search(node.value):
                 return False  # `norm_layer = nn.BatchNorm2d`, `p_dropout`, `F.dropout(...)`
             if kind is cst.Attribute and node.attr.value == "training":
                 return False  # code that branches on the mode
-            if kind is cst.Call and not self.of_call(node, unit):
+            if kind is cst.Call and not self.of_call(node, unit, in_forward):
                 return False
         return True
 
-    def of_call(self, call: cst.Call, unit: _Unit) -> bool:
+    def of_call(self, call: cst.Call, unit: _Unit, in_forward: bool = False) -> bool:
         dotted = _dotted(call.func)
         if dotted is None:
             return True  # a call on a call's result or an item (`self.blocks[i](x)`)
@@ -126,7 +129,7 @@ class _Scan:
         if found is not None:
             return self.of_function(*found)
         if root in unit.imports:
-            return False  # a library's function or class: what it builds is not shown
+            return in_forward  # a library's function or class: what it builds is not shown
         if not rest:
             # a builtin, else a name bound in the code: a constructor handed in (`block(...)`)
             return root in _BUILTINS

@@ -288,6 +288,7 @@ class Facts:
             elif (
                 len({(s.event.path, s.event.line, s.event.column) for s in self.saves}) == 1  # one save site
                 and saved in weights_only
+                and MODEL in saved.items  # weights (a dict of data tensors saved and read back is no checkpoint)
                 and len(weights_only) == len(self.saves)
                 and self.trains
                 and not saved.looks_exported
