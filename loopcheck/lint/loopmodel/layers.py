@@ -16,7 +16,7 @@ import re
 
 import libcst as cst
 
-from loopcheck.lint.loopmodel.nodes import NO_GRAD_WORDS, _dotted, _target_names, returns_by_grad_mode
+from loopcheck.lint.loopmodel.nodes import NO_GRAD_WORDS, _dotted, _target_names, returns_by_grad_mode, stops_recording_with
 from loopcheck.lint.loopmodel.units import _Class, _Unit
 from loopcheck.lint.syntax import walk
 
@@ -57,7 +57,7 @@ def stops_recording(cls: _Class) -> bool:
         return True
     bound_off: set[str] = set()
     for node, _ in walk(fdef.body):
-        if type(node) is cst.With and any(w in text(item.item) for item in node.items for w in NO_GRAD_WORDS):
+        if type(node) is cst.With and stops_recording_with(node, text):
             bound_off.update(n for inner, _ in walk(node.body) if type(inner) is cst.Assign
                              for t in inner.targets for n in _target_names(t.target))
     return bool(bound_off) and any(
@@ -80,7 +80,7 @@ class _Scan:
             if found is not None:
                 if not self.of_class(found):
                     return False
-            elif _qualified(unit, base) not in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+            elif unit.qualify_dotted(base) not in ("torch.nn.Module", "torch.nn.modules.module.Module"):
                 return False  # a library base class: its code is not read
         init = cls.methods.get("__init__")
         if init is not None and _keeps_arguments(init, cls.node):
@@ -119,7 +119,7 @@ class _Scan:
             return _no_dropout(call, 99, default_zero=False)
         if root in ("self", "super", "cls"):
             return True  # the class's own methods and attributes are part of the scanned source
-        qualified = _qualified(unit, dotted)
+        qualified = unit.qualify_dotted(dotted)
         if qualified.startswith("torch.") and not _FOREIGN_TORCH.search(qualified):
             return True
         found_class = unit.lookup_class(dotted)
@@ -134,14 +134,6 @@ class _Scan:
             # a builtin, else a name bound in the code: a constructor handed in (`block(...)`)
             return root in _BUILTINS
         return True  # a method of a local value (`x.view(...)`, `layers.append(...)`)
-
-
-def _qualified(unit: _Unit, dotted: str) -> str:
-    root, _, rest = dotted.partition(".")
-    origin = unit.imports.get(root)
-    if origin is None:
-        return dotted
-    return f"{origin}.{rest}" if rest else origin
 
 
 def _no_dropout(call: cst.Call, position: int, default_zero: bool) -> bool:

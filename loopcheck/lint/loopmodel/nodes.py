@@ -237,6 +237,11 @@ def _unmoved(node: cst.BaseExpression) -> cst.BaseExpression:
 NO_GRAD_WORDS = ("no_grad", "inference_mode")
 
 
+def stops_recording_with(node: cst.With, text: "Callable[[cst.CSTNode], str]") -> bool:
+    """`with torch.no_grad():` / `with torch.inference_mode(), ...:` (as `text` renders its items)."""
+    return any(w in text(item.item) for item in node.items for w in NO_GRAD_WORDS)
+
+
 def returns_by_grad_mode(fdef: cst.FunctionDef, text: "Callable[[cst.CSTNode], str]") -> tuple[int, int]:
     """(the `return`s of `fdef` itself, those inside a `with` that turns recording off), nested
     functions and classes left out; `text` renders a node of the function's file."""
@@ -253,6 +258,6 @@ def returns_by_grad_mode(fdef: cst.FunctionDef, text: "Callable[[cst.CSTNode], s
         if type(node) in (cst.FunctionDef, cst.ClassDef):
             continue
         if type(node) is cst.With:
-            off = off or any(w in text(item.item) for item in node.items for w in NO_GRAD_WORDS)
+            off = off or stops_recording_with(node, text)
         stack.extend((child, off) for child in child_nodes(node) if type(child) in _STATEMENT_PARTS)
     return returns, off_returns

@@ -300,8 +300,10 @@ class _Unit:
 
     def qualify(self, node: cst.BaseExpression) -> str | None:
         dotted = _dotted(node)
-        if dotted is None:
-            return None
+        return self.qualify_dotted(dotted) if dotted is not None else None
+
+    def qualify_dotted(self, dotted: str) -> str:
+        """`nn.Linear` -> `torch.nn.Linear` through this file's imports (unchanged when not imported)."""
         root, _, rest = dotted.partition(".")
         origin = self.imports.get(root)
         if origin is None:

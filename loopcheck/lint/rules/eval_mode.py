@@ -467,7 +467,7 @@ class EvalWithoutEvalMode(Rule):
                 key = (place.path, place.line, place.column)
                 if key not in reported:
                     reported.add(key)
-                    free = _mode_free(model, target)
+                    free = target in model.mode_free
                     yield self.finding(
                         ctx,
                         place,
@@ -729,7 +729,7 @@ class TrainModeNotRestored(Rule):
                         e.kind is K.TRAIN_MODE and _same_model(e.target, target) for e in model.events)
                     # the training loop's file holds the defect: a loop of another module (reached
                     # through a call of this one) is reported there, once, not at each caller
-                    free = _mode_free(model, target)
+                    free = target in model.mode_free
                     yield self.finding(
                         ctx,
                         _in_file(event, event, loop.path),
@@ -758,11 +758,6 @@ def _switch_text(event: Event, target: str, mode: str) -> str:
 # a network whose class has no layer that depends on the mode (`ModuleModel.mode_free`)
 _NO_EFFECT_YET = ("its class has no dropout, no batch norm and nothing that reads `self.training`, so "
                   "nothing changes today, but a layer added later would silently misbehave; ")
-
-
-def _mode_free(model: ModuleModel, target: str) -> bool:
-    """The network computes the same in both modes, as its project class shows (`loopmodel.layers`)."""
-    return target in model.mode_free
 
 
 def _wrapped(model: ModuleModel, a: str | None, b: str | None) -> bool:

@@ -677,9 +677,9 @@ def _kept_losses(
     tracker = _LossTracker(flow, index, targets)
     for n in body:
         if type(n) is cst.Assign and len(n.targets) == 1 and type(n.value) is cst.Subscript:
-            name = _key(n.targets[0].target)
-            if name in targets and _key(n.value.value) == name and _index_text(n.value) is not None:
-                tracker.picked[name] = _index_text(n.value)  # type: ignore[assignment]
+            name, item = _key(n.targets[0].target), _index_text(n.value)
+            if item is not None and name in targets and _key(n.value.value) == name:
+                tracker.picked[name] = item
     spared: set[str] | None = None
 
     def kept_on_purpose(name: str) -> bool:

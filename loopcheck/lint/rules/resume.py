@@ -648,11 +648,8 @@ def _loads_partially(event: Event, ctx: FileContext) -> bool:
     module = module_of(event.path, ctx)
     if module is None:
         return False
-    parents = index_for(event.path, module).parent
-    node = parents.get(id(event.node))
-    while node is not None and not isinstance(node, cst.FunctionDef):
-        node = parents.get(id(node))
-    return node is not None and bool(_NOT_STRICT.search(node_code(node, module)))
+    scope = index_for(event.path, module).scope_of(event.node)
+    return isinstance(scope, cst.FunctionDef) and bool(_NOT_STRICT.search(node_code(scope, module)))
 
 
 def _frame(event: Event, trace: Trace) -> tuple[tuple[str, int], int] | None:

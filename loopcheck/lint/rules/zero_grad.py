@@ -14,6 +14,7 @@ a single optimizer. Steps with a closure (LBFGS) are left alone: the closure own
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Iterator
 
 import libcst as cst
@@ -107,15 +108,18 @@ class _LoopView:
             return False
         return self.single or not definite
 
+    @cached_property
+    def _order(self) -> dict[int, int]:
+        """id(event) -> its place in the order the model's entry points run the events."""
+        return {id(e): i for i, e in enumerate(self.model.events)}
+
     def written_between(self, first: Event, last: Event) -> bool:
         """A gradient is written by hand (`p.grad = g`) in this loop after `first` and before
         `last` in the order the entry point runs them, nested loops and helpers included (`last`
         written before `first`: in the next iteration)."""
         if not self.writes:
             return False
-        order = self.__dict__.get("_order")
-        if order is None:
-            order = self._order = {id(e): i for i, e in enumerate(self.model.events)}
+        order = self._order
         start, end = order.get(id(first)), order.get(id(last))
         if start is None or end is None:
             return False
