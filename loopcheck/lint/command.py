@@ -667,14 +667,11 @@ def _reported_beyond(reported_into: dict[str, set[str]], f: Path, entry: Any, re
 def _check_files(files: list[Path], enabled: EnabledCodes, jobs: int | None,
                  promise_fixes: bool = False, store: Any = None,
                  reported_into: dict[str, set[str]] | None = None) -> Iterable[tuple[Path, Any]]:
-    """Engine results of each file: the Python files in one run of the engine (each analysed
-    once, in parallel processes when there are enough, or taken from `store` where still
-    valid), notebooks one by one. `reported_into`: see `engine.check_files`."""
+    """Engine results of each file, from one run of the engine (each file analysed once, in
+    parallel processes when there are enough, or taken from `store` where still valid; notebooks
+    in the same pool, never kept). `reported_into`: see `engine.check_files`."""
     from loopcheck.lint.engine import check_files
-    from loopcheck.lint.notebook import is_notebook
 
-    scripts = [f for f in files if not is_notebook(str(f))]
-    results = dict(zip(scripts, check_files(scripts, enabled=enabled, jobs=jobs, promise_fixes=promise_fixes,
-                                            store=store, reported_into=reported_into)))
-    for f in files:
-        yield f, results[f] if f in results else _check_one((str(f), enabled))
+    results = check_files(files, enabled=enabled, jobs=jobs, promise_fixes=promise_fixes, store=store,
+                          reported_into=reported_into)
+    yield from zip(files, results)

@@ -667,7 +667,8 @@ def check_files(
 
     Each file is analysed once, in the worker pool; so is each file outside `files` that imports
     one of them (its model may report into it). Then every finding goes to the file it is
-    located in, and that file's suppression comments apply. Files go to the workers in small
+    located in, and that file's suppression comments apply. A notebook (`.ipynb`) is a task of the
+    pool too, its result placed in its cells by `notebook.check`. Files go to the workers in small
     chunks, the largest first, so that a run does not end with one worker busy on a large file
     the other could have taken earlier (cold runs of 100-170-file projects 2-11% faster than in
     folder order, which kept a package's files in one worker: a module imported by many is
@@ -698,13 +699,17 @@ def check_files(
 def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | None, promise_fixes: bool,
                  store: AnalysisStore | None, reported_into: dict[str, set[str]] | None) -> list[FileResult]:
     """`check_files` once its run is set up."""
+    from loopcheck.lint.notebook import is_notebook
+
     real = RealPaths()  # each file's asked about several times below
     listed = {real(n) for n in names}
     tasks = [(n, enabled, promise_fixes) for n in names]
-    tasks += [(n, enabled, False) for n in _unlinted_dependents(names, listed)]
+    tasks += [(n, enabled, False) for n in _unlinted_dependents([n for n in names if not is_notebook(n)], listed)]
     analyses = _analyses(tasks, enabled, jobs, store)
     located: dict[str, list[Finding]] = {}
     for analysis in analyses:
+        if is_notebook(analysis.path):
+            continue  # placed in its cells and suppressed already (`_analyse_one`)
         own = real(analysis.path)
         for f in analysis.findings:
             where = real(f.path or analysis.path)
@@ -715,6 +720,9 @@ def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | N
                 reported_into.setdefault(where, set()).add(own)
     results = []
     for name, analysis in zip(names, analyses):
+        if is_notebook(name):
+            results.append(analysis)
+            continue
         result = FileResult(name, errors=analysis.errors, skipped=analysis.skipped,
                             fixes_applied=analysis.fixes_applied)
         found = [f.with_(path=name) for f in located.get(real(name), ())]
@@ -728,6 +736,8 @@ def _check_tasks(names: list[str], enabled: Callable[[str], bool], jobs: int | N
         reads = _Reads({real(a.path): [*(a.consulted or ()), *(a.sources or ())] for a in analyses})
         projects: dict[str, Any] = {}
         for result in results:
+            if is_notebook(result.path):
+                continue  # not kept (its cell numbers are not cached)
             result.consulted = _depended_on(result.path, reads, _project_in(result.path, projects), real)
     return results
 
@@ -768,17 +778,23 @@ def _analyses(tasks: list[tuple[str, Callable[[str], bool], bool]], enabled: Cal
     out again)."""
     if store is None:
         return _analyse_all(tasks, enabled, jobs)
+    from loopcheck.lint.notebook import is_notebook
+
     codes = _codes_key(enabled)
     found: list[FileResult | None] = [None] * len(tasks)
+    books = {i for i, t in enumerate(tasks) if is_notebook(t[0])}  # made in the first round, never kept
     for answered in (False, True):
-        kept = [store.analysis(t[0], codes, t[2], answer=answered) if found[i] is None else found[i]
+        kept = [found[i] if found[i] is not None or i in books else store.analysis(t[0], codes, t[2], answer=answered)
                 for i, t in enumerate(tasks)]
-        todo = [i for i, k in enumerate(kept) if k is None and (answered or not store.unsure(tasks[i][0], codes))]
+        todo = [i for i, k in enumerate(kept)
+                if k is None and (answered or i in books or not store.unsure(tasks[i][0], codes))]
         made = _analyse_all([tasks[i] for i in todo], enabled, jobs)
         for i, analysis in zip(todo, made):
+            kept[i] = analysis
+            if i in books:
+                continue
             store.keep_analysis(analysis, codes, tasks[i][2])
             store.learn(analysis.facts or ())
-            kept[i] = analysis
         found = kept
     return found  # type: ignore[return-value]
 
@@ -812,8 +828,18 @@ def _depended_on(path: str, reads: "_Reads", project: Any, real: RealPaths) -> l
 
 
 def _analyse_one(args: tuple[str, Callable[[str], bool], bool]) -> FileResult:
+    """One task of a run: a file's analysis, or a notebook's result (its findings in cells,
+    suppressed: notebooks are not rewritten and nothing imports them)."""
+    from loopcheck.lint.notebook import check as check_notebook, is_notebook
+
     path, enabled, promise_fixes = args
     project = project_for(path)
+    if is_notebook(path):
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            return FileResult(path, errors=[LintError(path, None, f"cannot read: {exc.strerror or exc}")])
+        return check_notebook(path, raw, enabled=enabled, project=project)
     result = _analysed(path, enabled, project)
     if promise_fixes and result.findings:
         from loopcheck.lint.fixes.files import SourceText, fixes_applied

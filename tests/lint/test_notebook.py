@@ -97,3 +97,20 @@ def test_a_jupytext_percent_script_is_linted_as_any_script(tmp_path: Path) -> No
     script += "\n# %%\n" + LOOP.replace("%%time\n", "")
     result = check_source(script, str(tmp_path / "train.py"), enabled=CodeFilter())
     assert [f.code for f in result.findings] == ["LC101"]
+
+
+def test_a_notebook_among_many_files_is_checked_in_the_pool_and_placed_in_its_cell(tmp_path: Path) -> None:
+    from loopcheck.lint.engine import check_files
+
+    helpers = [tmp_path / f"helper_{i}.py" for i in range(12)]  # enough files for worker processes
+    for i, path in enumerate(helpers):
+        path.write_text(f"import torch\n\n\ndef scale_{i}(x):\n    return torch.relu(x) * {i}\n")
+    book = tmp_path / "mnist.ipynb"
+    book.write_bytes(TRAINING)
+    files = [*helpers[:6], book, *helpers[6:]]
+    for jobs in (1, 2):
+        results = check_files(files, jobs=jobs)
+        assert [r.path for r in results] == [str(f) for f in files]
+        placed = results[6].findings
+        assert [(f.code, f.extra["cell"], f.line) for f in placed] == [("LC101", 4, 6)], jobs
+        assert not any(r.findings for r in results[:6] + results[7:])

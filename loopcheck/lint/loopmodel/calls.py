@@ -43,6 +43,8 @@ from loopcheck.lint.loopmodel.torch_api import (
 from loopcheck.lint.loopmodel.traces import _Branch
 
 
+# builtins whose calls the checks below read (`next(it)` draws a batch, `map(fn, items)` runs fn)
+_BUILTINS_READ = frozenset({"next", "map"})
 # methods that only read an object (`optimizer.state_dict()`, `scheduler.get_last_lr()`): calling them drives nothing
 _READ_METHODS = ("get_", "state_dict", "__repr__", "__str__")
 
@@ -66,24 +68,38 @@ class BuilderCalls:
         elif kind in opaque:
             return
         elif kind is cst.Attribute:
-            self.walk_expr(node.value, frame)  # type: ignore[attr-defined]
+            if type(node.value) not in opaque:  # type: ignore[attr-defined]
+                self.walk_expr(node.value, frame)  # type: ignore[attr-defined]
         elif kind is cst.IfExp:
             self.walk_ifexp(node, frame)  # type: ignore[attr-defined]
-        elif kind is cst.BinaryOperation:
-            self.walk_expr(node.left, frame)  # type: ignore[attr-defined]
-            self.walk_expr(node.right, frame)  # type: ignore[attr-defined]
+        elif kind is cst.BinaryOperation or kind is cst.BooleanOperation:
+            for side in (node.left, node.right):  # type: ignore[attr-defined]
+                if type(side) not in opaque:
+                    self.walk_expr(side, frame)
+        elif kind is cst.Comparison:
+            if type(node.left) not in opaque:  # type: ignore[attr-defined]
+                self.walk_expr(node.left, frame)  # type: ignore[attr-defined]
+            for target in node.comparisons:  # type: ignore[attr-defined]
+                if type(target.comparator) not in opaque:
+                    self.walk_expr(target.comparator, frame)
         else:
+            parts = _EXPRESSION_PART
             for child in child_nodes(node):
-                inner = _EXPRESSION_PART.get(type(child))
+                child_kind = type(child)
+                if child_kind in opaque:
+                    continue
+                inner = parts.get(child_kind)
                 if inner is None:
-                    inner = _EXPRESSION_PART[type(child)] = isinstance(child, _EXPRESSION_PARTS) or (
-                        type(child).__name__ in ("Index", "Slice")
+                    inner = parts[child_kind] = isinstance(child, _EXPRESSION_PARTS) or (
+                        child_kind.__name__ in ("Index", "Slice")
                     )
                 if inner:
                     self.walk_expr(child, frame)
 
     def on_call(self, call: cst.Call, frame: _Frame) -> None:
         func = call.func
+        if type(func) is cst.Name and self._plain_builtin(func.value, frame):
+            return
         self._note_draw(call, frame)
         if self._try_inline(call, frame) or self._try_callable_argument(call, frame):
             return
@@ -142,6 +158,17 @@ class BuilderCalls:
             if name and name not in unit.imports:
                 self.use(name, "call", frame)
                 self.event(EventKind.FORWARD, name, call, frame, pending="forward", call=call)
+
+    def _plain_builtin(self, name: str, frame: _Frame) -> bool:
+        """`len(x)`, `print(...)`, `isinstance(...)`: a builtin that nothing here rebinds, so the
+        call is neither followed nor recorded (what the checks below would conclude, without
+        them: about two calls in five are such). `next` and `map` say what a loop iterates."""
+        if name not in _BUILTINS or name in _BUILTINS_READ or name in frame.env or name in frame.local_funcs:
+            return False
+        if name in self.instances or name in self.deferred or name in self.bindings:
+            return False
+        unit = frame.unit
+        return name not in unit.imports and unit.lookup_function(name) is None and unit.lookup_class(name) is None
 
     def _on_a_class(self, func: cst.BaseExpression, frame: _Frame) -> bool:
         """`Param.Input.model(name)`: a method called on a class of the project (a classmethod, a

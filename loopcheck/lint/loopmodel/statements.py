@@ -41,9 +41,10 @@ class BuilderStatements:
 
 
     def walk_body(self, stmts: list, frame: _Frame) -> None:
+        block = self.blocks[-1]  # the same list after each statement (what a statement opens, it closes)
         for stmt in stmts:
             self.walk_stmt(stmt, frame)
-            if self.block and isinstance(self.block[-1], _Jump):
+            if block and type(block[-1]) is _Jump:
                 break
 
     def walk_suite(self, suite: cst.BaseSuite, frame: _Frame) -> None:
