@@ -295,7 +295,9 @@ class BuilderCalls:
         if written(recv_name).rsplit(".", 1)[-1] in ("accelerator", "fabric", "engine", "model_engine") and call.args:
             tensor = _positional(call, 0) or _kw(call, "loss")
             if tensor is not None:
-                self._backward(call, tensor, frame, via_fn=recv_name + ".backward", divided=True)
+                # inside `accelerator.accumulate(...)` it divides exactly when it accumulates
+                self._backward(call, tensor, frame, via_fn=recv_name + ".backward",
+                               divided=frame.synced is not None or self._backward_divides(recv_name))
                 return True
         if recv_name.endswith("manual_backward") or (recv_name == "self" and call.args):
             tensor = _positional(call, 0)
@@ -304,6 +306,19 @@ class BuilderCalls:
                 return True
         self._backward(call, recv, frame)
         return True
+
+    def _backward_divides(self, name: str) -> bool:
+        """Whether `name.backward(loss)` divides the loss by the accumulation count itself. An
+        `Accelerator` built here with no `gradient_accumulation_steps` (nor a plugin, nor `**kwargs`)
+        divides by 1: the loop that accumulates by hand must divide. Any other engine, or an
+        accelerator built where the model cannot see, is taken to divide."""
+        found = self.assigned.get(name)
+        if found is None or type(found[1]) is not cst.Call:
+            return True
+        unit, built = found
+        if (unit.qualify(built.func) or "").rsplit(".", 1)[-1] != "Accelerator" or any(a.star for a in built.args):
+            return True
+        return any(a.keyword is not None and a.keyword.value.startswith("gradient_accumulation") for a in built.args)
 
     def _backward(self, call: cst.Call, tensor: cst.BaseExpression, frame: _Frame, via_fn: str | None = None,
                   divided: bool = False) -> None:

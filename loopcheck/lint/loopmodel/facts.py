@@ -170,6 +170,9 @@ class Loop(_Placed):
     # denoising steps of `sample`): a forward pass that produces outputs, evaluation when nothing
     # in it trains
     generates: bool = False
+    # a generation loop whose call reads what its previous iteration produced (`out, state =
+    # model(x, state)`): without no_grad its graph grows step after step
+    feeds_back: bool = False
     # canonical names passed to calls the model could not follow (an unknown helper may reset or
     # step them): rules that need to see every use of an object stay silent when it escapes
     escapes: set[str] = field(default_factory=set)

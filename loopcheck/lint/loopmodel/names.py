@@ -6,7 +6,7 @@ import libcst as cst
 
 from loopcheck.lint.loopmodel.facts import Binding, Event, EventKind, Guard, Role
 from loopcheck.lint.loopmodel.frames import _Frame, _Value
-from loopcheck.lint.loopmodel.nodes import FUNCTION_VALUE, _divides, _dotted, _is_none, _kw, _positional
+from loopcheck.lint.loopmodel.nodes import FUNCTION_VALUE, _divides, _dotted, _is_none, _kw, _positional, written
 from loopcheck.lint.loopmodel.torch_api import WRAPPERS, _BUILTINS, _MOVE_METHODS, _NAME_ROLES, _TENSOR_METHODS
 from loopcheck.lint.loopmodel.units import _Unit
 from loopcheck.lint.values import name_chain
@@ -134,7 +134,7 @@ class BuilderNames:
         name = self.target(func, frame) or ""
         if name in self.bindings:
             return False
-        last = name.rsplit(".", 1)[-1].lower()
+        last = written(name).rsplit(".", 1)[-1].lower()  # (`model@train`: a scope's own `model`)
         return not any(p.search(last) for role, p in _NAME_ROLES if role in (Role.CRITERION, Role.MODEL, Role.EMA))
 
 

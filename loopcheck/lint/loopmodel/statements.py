@@ -294,6 +294,7 @@ class BuilderStatements:
                     iter_text=frame.unit.text(iter_node), guards=tuple(self.guards))
         loop.loader = self._loader_of(iter_node, frame) if type(stmt) is cst.For else None
         loop.generates = type(stmt) is cst.For and _generation_loop(frame, loop.iter_text, stmt)
+        loop.feeds_back = loop.generates and _feeds_back(stmt.body)
         if loop.loader:
             self.candidates.setdefault(loop.loader, frame.unit.path)
         (parent.children if parent is not None else self.loops).append(loop)
@@ -706,13 +707,56 @@ def _entered_context(call: cst.Call) -> cst.BaseExpression | None:
 _GENERATION_FUNCTION = re.compile(r"generat|sampl|decod|greedy|beam", re.I)
 
 
+# a count of outputs to produce (`range(num_samples)`, `range(max_new_tokens)`)
+_GENERATION_COUNT = re.compile(r"sampl|generat|new_tokens", re.I)
+
+
 def _generation_loop(frame: _Frame, iter_text: str, stmt: cst.For) -> bool:
     """A counted loop in a generation function (`for t in reversed(range(steps))` in `sample`),
-    unless it keeps log-probabilities for a policy-gradient backward or is a method of a network."""
+    or one counting the outputs it produces that feeds what a call returned back into that call
+    (`for i in range(num_samples): output, state = model(input, state)`), unless it keeps
+    log-probabilities for a policy-gradient backward or is a method of a network."""
     if frame.cls is not None and frame.cls.kind() is Role.MODEL:
         return False  # a network's own decoding steps (`vae.tiled_decode`): its callers choose no_grad
-    return (
-        "range(" in iter_text
-        and bool(_GENERATION_FUNCTION.search(frame.name.rsplit(".", 1)[-1]))
-        and "log_prob" not in frame.unit.text(stmt.body)
-    )
+    if "range(" not in iter_text:
+        return False
+    named = bool(_GENERATION_FUNCTION.search(frame.name.rsplit(".", 1)[-1]))
+    if not named and not (_GENERATION_COUNT.search(iter_text) and _feeds_back(stmt.body)):
+        return False
+    return "log_prob" not in frame.unit.text(stmt.body)
+
+
+def _feeds_back(body: cst.BaseSuite) -> bool:
+    """A name handed to a call in the loop before the loop's body binds it, and bound there from a
+    call: each iteration's call reads what the previous one produced (`output, state =
+    model(input, state)`, `ids = torch.cat([ids, next_id], 1)`), so its graph chains from one
+    iteration to the next."""
+    assigned: set[str] = set()  # bound earlier in the iteration, in source order
+    carried: set[str] = set()
+    from_calls: set[str] = set()
+    for node, _ in walk(body):
+        kind = type(node)
+        if kind is cst.Expr:
+            carried |= _passed(node.value) - assigned  # type: ignore[attr-defined]
+        elif kind in (cst.Assign, cst.AugAssign, cst.AnnAssign) and node.value is not None:  # type: ignore[attr-defined]
+            value = node.value  # type: ignore[attr-defined]
+            carried |= _passed(value) - assigned
+            targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]  # type: ignore[attr-defined]
+            bound = {name for t in targets for name in _target_names(t)}
+            if type(value) is cst.Call:
+                from_calls |= bound
+            assigned |= bound
+    return bool(carried & from_calls)
+
+
+def _passed(expr: cst.BaseExpression) -> set[str]:
+    """The names handed to the calls of `expr`, alone or in a literal tuple or list."""
+    found: set[str] = set()
+    for node, _ in walk(expr):
+        if type(node) is cst.Arg:
+            value = node.value
+            if type(value) is cst.Name:
+                found.add(value.value)
+            elif type(value) in (cst.List, cst.Tuple):
+                found.update(e.value.value for e in value.elements if type(e.value) is cst.Name)  # type: ignore[attr-defined]
+    return found

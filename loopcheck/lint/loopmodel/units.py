@@ -86,6 +86,8 @@ class _Class:
             return Role.SCHEDULER
         if any(n in ("Module", "Sequential", "ModuleList", "PreTrainedModel", "LightningModule") for n in lasts[1:]):
             return Role.CRITERION if self.name.endswith("Loss") else Role.MODEL
+        if "DataLoader" in lasts[1:]:
+            return Role.LOADER  # a project's own loader class (a graph library's, a prefetching one)
         if self._sets_learning_rate():
             return Role.SCHEDULER
         return None

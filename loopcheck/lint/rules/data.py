@@ -256,6 +256,8 @@ class SamplerSetEpochMissing(Rule):
                 continue
             arg = _arg(loader.call, "sampler", _SAMPLER_AT)
             if arg is None or _is_none(arg):
+                arg = _arg(loader.call, "batch_sampler", _BATCH_SAMPLER_AT)  # `BatchSampler(DistributedSampler(...))`
+            if arg is None or _is_none(arg):
                 continue
             if not self._all_elsewhere(targets, loader.name, {dotted(arg.value), node_code(arg.value)}, samplers):
                 continue
@@ -272,9 +274,10 @@ class SamplerSetEpochMissing(Rule):
             else:  # built by a helper: the loader's line
                 places = _report_at(flow, loop, loader.index, loader.call)
                 reported.add(id(loader.call))
-            name = dotted(arg.value)
+            name, wrapped = _sampler_name(flow, loader.index, arg.value, loader.call)
             visible = name and loader.index is flow.main  # a sampler named in another module is reached through its loader
-            call = f"{name}.set_epoch(epoch)" if visible else f"{shown(loader.name)}.sampler.set_epoch(epoch)"
+            advice = (f"call `{name}.set_epoch(epoch)`" if visible else "call `set_epoch(epoch)` on that sampler"
+                      if wrapped else f"call `{shown(loader.name)}.sampler.set_epoch(epoch)`")
             lines = sorted({e.line for e in ctx.model.events if e.kind is EventKind.SET_EPOCH and e.path == ctx.path})
             others = f" (the `set_epoch` at line {', '.join(map(str, lines))} reaches another loader's sampler)" if lines else ""
             for at in places:
@@ -283,7 +286,7 @@ class SamplerSetEpochMissing(Rule):
                     at,
                     f"the DistributedSampler of `{shown(loader.name)}` (iterated at {cited(loop)}, epochs "
                     f"looped at {cited(epoch)}) never gets `set_epoch`{others}: every epoch replays the "
-                    f"same order on every rank; call `{call}` at the top of each epoch",
+                    f"same order on every rank; {advice} at the top of each epoch",
                 )
 
     @staticmethod
@@ -315,8 +318,10 @@ class SamplerSetEpochMissing(Rule):
         return True
 
     @staticmethod
-    def _distributed_sampler(flow: Flow, index: ModuleIndex, expr, at) -> Where | None:
-        """The call that builds the DistributedSampler (or a project subclass of it) `expr` refers to."""
+    def _distributed_sampler(flow: Flow, index: ModuleIndex, expr, at, depth: int = 0) -> Where | None:
+        """The call that builds the DistributedSampler (or a project subclass of it) `expr` refers to,
+        directly or through the samplers that wrap it (`BatchSampler(sampler, ...)`, a project
+        sampler that iterates the one it is given)."""
         call, found_index = None, index
         if isinstance(expr, cst.Call):
             call = expr
@@ -330,6 +335,9 @@ class SamplerSetEpochMissing(Rule):
                 found_index, call = values[0][0], _built_one_way(values[0][1])
         if call is not None and _builds_distributed_sampler(flow, found_index, call):
             return Where(found_index, call)
+        inner = _wrapped_sampler(flow, found_index, call) if call is not None and depth < 3 else None
+        if inner is not None:
+            return SamplerSetEpochMissing._distributed_sampler(flow, found_index, inner, call, depth + 1)
         if call is not None and isinstance(call.func, (cst.Name, cst.Attribute)):
             helper = flow.definition(found_index, call.func)  # `make_sampler(dataset)` returning one
             if helper is not None and type(helper.node) is cst.FunctionDef:
@@ -354,6 +362,45 @@ def _ignores_index(getitem: cst.CSTNode) -> bool:
         return False
     name = params[1].name.value
     return re.search(rf"\b{re.escape(name)}\b", node_code(getitem.body)) is None
+
+
+def _wrapped_sampler(flow: Flow, index: ModuleIndex, call: cst.Call) -> cst.BaseExpression | None:
+    """The sampler a sampler wrapper is built around: torch's `BatchSampler(sampler, ...)`, or a
+    sampler class of the project whose `__iter__` draws from the one it is handed and that has no
+    epoch of its own to pass on (no `set_epoch` in its code: one that forwards it is called on)."""
+    if not isinstance(call.func, (cst.Name, cst.Attribute)):
+        return None
+    inner = first_arg(call, 0, keyword="sampler")
+    if inner is None:
+        return None
+    if (index.qualify(call.func) or "").rpartition(".")[2] == "BatchSampler":
+        return inner
+    found = flow.definition(index, call.func)
+    if found is None or type(found.node) is not cst.ClassDef:
+        return None
+    classes = flow.bases(found)
+    methods = {name: method for current in reversed(classes)  # the nearest definition wins
+               for name, method in current.index.methods(current.node).items()}  # type: ignore[arg-type]
+    if "__iter__" not in methods or any("set_epoch" in node_code(c.node) for c in classes):
+        return None
+    return inner if "sampler" in node_code(methods["__iter__"]) else None
+
+
+def _sampler_name(flow: Flow, index: ModuleIndex, expr: cst.BaseExpression, at: cst.CSTNode) -> tuple[str | None, bool]:
+    """The name of the sampler to call `set_epoch` on, `expr` or the one its wrappers wrap (None:
+    built where it is passed), and whether it is wrapped."""
+    name, wrapped = dotted(expr), False
+    for _ in range(3):
+        call = expr if isinstance(expr, cst.Call) else None
+        if call is None and isinstance(expr, (cst.Name, cst.Attribute)):
+            values = flow.values_of(index, expr, at)
+            if len(values) == 1 and values[0][3] is None and isinstance(values[0][1], cst.Call):
+                index, call = values[0][0], values[0][1]
+        inner = _wrapped_sampler(flow, index, call) if call is not None else None
+        if inner is None:
+            break
+        expr, name, wrapped = inner, dotted(inner), True
+    return name, wrapped
 
 
 def _built_one_way(choice: cst.IfExp) -> cst.Call | None:
@@ -410,6 +457,8 @@ class TrainLoaderNotShuffled(Rule):
             shuffle = _arg(call, "shuffle", _SHUFFLE_AT)
             if shuffle is not None and _bool(shuffle) is not False:
                 continue  # shuffle=True, or shuffle=<expression>: unknown here
+            if shuffle is None and _may_shuffle_itself(flow, loader.index, call):
+                continue
             dataset = first_arg(call, 0, keyword="dataset")
             if dataset is None or self._not_shufflable(flow, loader.index, dataset, call):
                 continue
@@ -451,6 +500,22 @@ class TrainLoaderNotShuffled(Rule):
         if obj.kind == "class":
             return _orders_itself(flow, obj.where)
         return obj.kind == "call" and bool(_STREAMING.search(obj.name))
+
+
+def _may_shuffle_itself(flow: Flow, index: ModuleIndex, call: cst.Call) -> bool:
+    """A loader class of the project that may shuffle when not told: its `__init__` takes a
+    `shuffle` whose default is not `False`, or it takes none and its code speaks of shuffling or
+    samplers (`super().__init__(..., shuffle=True)`)."""
+    found = flow.definition(index, call.func) if isinstance(call.func, (cst.Name, cst.Attribute)) else None
+    if found is None or type(found.node) is not cst.ClassDef:
+        return False  # torch's own: no shuffle unless asked
+    init = found.index.methods(found.node).get("__init__")  # type: ignore[arg-type]
+    params = [*init.params.params, *init.params.kwonly_params] if init is not None else []
+    declared = next((p for p in params if p.name.value == "shuffle"), None)
+    if declared is not None:
+        return not (isinstance(declared.default, cst.Name) and declared.default.value == "False")
+    code = node_code(found.node)
+    return "shuffle" in code or "sampler" in code
 
 
 def _orders_itself(flow: Flow, cls: Where) -> bool:

@@ -577,12 +577,16 @@ class EvalWithoutNoGrad(Rule):
             if _NEEDS_GRAPH.search(_loop_source(ctx, loop)) or any(
                     _NEEDS_GRAPH.search(source) for source in _helpers_on_the_way(forward, loop)):
                 continue
+            cost = ("each step keeps its activations, and what it produces goes into the next step, "
+                    "so the graph grows with every step until the loop ends" if loop.feeds_back else
+                    "every step keeps its activations for a backward that never comes" if loop.generates else
+                    "every batch keeps its activations for a backward that never comes")
             yield self.finding(
                 ctx,
                 _in_file(_in_loop_body(forward, loop), forward, ctx.path),
-                f"`{forward.target}` runs forward in the evaluation loop over `{loop.iter_text}` with "
-                f"autograd recording: every batch keeps its activations for a backward that never "
-                f"comes; wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
+                f"`{forward.target}` runs forward in the {'generation' if loop.generates else 'evaluation'} "
+                f"loop over `{loop.iter_text}` with autograd recording: {cost}; wrap the loop in "
+                f"`torch.no_grad()` or `torch.inference_mode()`",
             )
         model = ctx.model
         # single forwards outside an evaluation loop: (forward, what it runs on, what it costs)
