@@ -610,6 +610,29 @@ class BuilderStatements:
                 cls = self._project_class(value.func, frame)
                 if cls is not None and cls.kind() is None and not self._bound_before(tc, value, frame):
                     self.instances[tc] = cls
+                    loader = self._prefetched_loader(cls, value, frame)
+                    if loader:
+                        self.iter_of[tc] = loader  # `for x in prefetcher`, `prefetcher.next()`: its batches
+
+    def _prefetched_loader(self, cls: _Class, call: cst.Call, frame: _Frame) -> str | None:
+        """`prefetcher = CUDAPrefetcher(train_loader, device)`: a class of the project that hands
+        out (`next()`, `__next__`, `__iter__`) the batches of the loader it is given, iterating it
+        in `__init__` (`self.data = iter(loader)`) or where it hands them out (`for batch in
+        self.loader:`). The loader its batches come from."""
+        init = cls.method("__init__")
+        givers = [found for found in (cls.method(m) for m in ("next", "__next__", "__iter__")) if found is not None]
+        if init is None or not givers:
+            return None
+        params = [p.name.value for p in [*init[0].params.posonly_params, *init[0].params.params][1:]]
+        init_text = init[1].unit.text(init[0]).replace(" ", "")
+        giving = " ".join(owner.unit.text(fdef) for fdef, owner in givers).replace(" ", "")
+        for i, pname in enumerate(params):
+            kept = re.search(rf"self\.(\w+)={pname}\b", init_text)
+            if f"iter({pname})" in init_text or kept and (
+                    f"iter(self.{kept.group(1)})" in giving or f"inself.{kept.group(1)}:" in giving):
+                arg = _positional(call, i) or _kw(call, pname)
+                return self._loader_of(arg, frame) if arg is not None else None
+        return None
 
     def _scope(self, tc: str, frame: _Frame) -> str:
         if tc.startswith("self.") and frame.cls is not None:
