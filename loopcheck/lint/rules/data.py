@@ -259,7 +259,10 @@ class SamplerSetEpochMissing(Rule):
                 arg = _arg(loader.call, "batch_sampler", _BATCH_SAMPLER_AT)  # `BatchSampler(DistributedSampler(...))`
             if arg is None or _is_none(arg):
                 continue
-            if not self._all_elsewhere(targets, loader.name, {dotted(arg.value), node_code(arg.value)}, samplers):
+            binding = ctx.model.bindings.get(loader.name)
+            canonical = binding.detail.get("sampler") if binding is not None and binding.role is Role.LOADER else None
+            if not self._all_elsewhere(targets, loader.name, {dotted(arg.value), node_code(arg.value)}, samplers,
+                                       canonical if isinstance(canonical, str) and canonical in ctx.model.bindings else None):
                 continue
             sampler = self._distributed_sampler(flow, loader.index, arg.value, loader.call)
             if sampler is None or {id(sampler.node), id(loader.call)} & reported or _inside(sampler.index, sampler.node, epoch):
@@ -304,10 +307,17 @@ class SamplerSetEpochMissing(Rule):
         return out
 
     @staticmethod
-    def _all_elsewhere(targets: list[str], loader: str, sampler: set[str | None], samplers: dict[str, str]) -> bool:
-        """Does every `set_epoch` call provably reach another loader's sampler than this one?"""
+    def _all_elsewhere(targets: list[str], loader: str, sampler: set[str | None], samplers: dict[str, str],
+                       canonical: str | None = None) -> bool:
+        """Does every `set_epoch` call provably reach another loader's sampler than this one?
+        `canonical`: the model's name of this loader's sampler, when it knows it."""
         for target in targets:
-            if target in sampler or target == loader or target.startswith(loader + "."):
+            if target == canonical or target == loader or target.startswith(loader + "."):
+                return False
+            if canonical and target != canonical and "@" in canonical + target:
+                # two functions' own samplers (`sampler` of `train_images`, `sampler@train_text`)
+                continue
+            if target in sampler:
                 return False
             base = next((target[: -len(a)] for a in _SAMPLER_ATTRS if target.endswith(a)), None)
             if base is not None and base in samplers.values():
