@@ -216,6 +216,9 @@ class ModuleModel:
     # networks built from a project class whose forward hands back, on some path, what it computed
     # with recording off (an inference mode under `with torch.no_grad():`: `loopmodel.layers`)
     stops_recording: frozenset[str] = frozenset()
+    # networks built from a project class whose forward produces its output step by step, each
+    # step reading the last (a diffusion sampler: `loopmodel.layers.generates`)
+    generating: frozenset[str] = frozenset()
 
     def role(self, name: str | None) -> Role | None:
         b = self.bindings.get(name) if name else None

@@ -65,6 +65,34 @@ def stops_recording(cls: _Class) -> bool:
         for node, _ in walk(fdef.body))  # `return fake`, `return z, c`
 
 
+def generates(cls: _Class) -> bool:
+    """Whether the class's `forward` (or `__call__`) produces its output step by step, each step's
+    call reading what the previous one produced (a diffusion sampler's `for t in
+    reversed(range(T)): x_t = ... self.p_mean_variance(x_t, t) ...`): run with recording on, it
+    keeps the graph of every step."""
+    from loopcheck.lint.loopmodel.statements import _feeds_back
+
+    found = cls.method("forward") or cls.method("__call__")
+    if found is None:
+        return False
+    fdef, owner = found
+    text = owner.unit.text
+    return any(type(node) is cst.For and _counts_steps(node, text) and _feeds_back(node.body)
+               for node, _ in walk(fdef.body))
+
+
+def _counts_steps(loop: cst.For, text) -> bool:
+    """A loop over a number of steps the network is given (`reversed(range(self.T))`), not over
+    its layers (`range(len(self.blocks))`, `self.blocks[i](x)`) nor a few fixed rounds
+    (`range(3)` of message passing)."""
+    over = text(loop.iter)
+    if "range(" not in over or "len(" in over or not re.search(r"range\([^)]*[A-Za-z_]", over):
+        return False
+    index = loop.target.value if type(loop.target) is cst.Name else None
+    # a layer picked by the index and called (`self.blocks[i](x)`, `self.up[-i - 1](x)`)
+    return index is None or not re.search(rf"\[[^\]]*\b{re.escape(index)}\b[^\]]*\]\s*\(", text(loop.body))
+
+
 class _Scan:
     def __init__(self) -> None:
         self.seen: set[int] = set()

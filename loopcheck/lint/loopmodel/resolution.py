@@ -17,7 +17,7 @@ from loopcheck.lint.loopmodel.facts import (
     Role,
     SchedulerCadence,
 )
-from loopcheck.lint.loopmodel.layers import mode_free, stops_recording
+from loopcheck.lint.loopmodel.layers import generates, mode_free, stops_recording
 from loopcheck.lint.loopmodel.nodes import FUNCTION_VALUE, _split_of, written
 from loopcheck.lint.loopmodel.torch_api import FOREIGN_FRAMEWORKS, INFERENCE_PIPELINES, _NAME_ROLES, _named_as, is_lr_step_call
 from loopcheck.lint.loopmodel.traces import _expand, feasible
@@ -47,8 +47,9 @@ class BuilderResolution:
         switched = run | {e.target for e in events if e.kind in (EventKind.EVAL_MODE, EventKind.TRAIN_MODE)}
         free = frozenset(name for name, cls in self.networks.items() if name in switched and mode_free(cls))
         stopping = frozenset(name for name, cls in self.networks.items() if name in run and stops_recording(cls))
+        generating = frozenset(name for name, cls in self.networks.items() if name in run and generates(cls))
         return ModuleModel(path=self.path, module=self.main.module, bindings=self.bindings, loops=self.loops,
-                           events=events, mode_free=free, stops_recording=stopping)
+                           events=events, mode_free=free, stops_recording=stopping, generating=generating)
 
     def _all_loops(self) -> Iterator[Loop]:
         for loop in self.loops:

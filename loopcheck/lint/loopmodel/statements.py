@@ -756,7 +756,7 @@ def _feeds_back(body: cst.BaseSuite) -> bool:
     iteration to the next."""
     assigned: set[str] = set()  # bound earlier in the iteration, in source order
     carried: set[str] = set()
-    from_calls: set[str] = set()
+    from_calls: set[str] = set()  # bound from a call's result (`x = mean + std * noise` after `mean = f(x)`)
     for node, _ in walk(body):
         kind = type(node)
         if kind is cst.Expr:
@@ -766,7 +766,7 @@ def _feeds_back(body: cst.BaseSuite) -> bool:
             carried |= _passed(value) - assigned
             targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]  # type: ignore[attr-defined]
             bound = {name for t in targets for name in _target_names(t)}
-            if type(value) is cst.Call:
+            if type(value) is cst.Call or from_calls & {n.value for n, _ in walk(value) if type(n) is cst.Name}:
                 from_calls |= bound
             assigned |= bound
     return bool(carried & from_calls)

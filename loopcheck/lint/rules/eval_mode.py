@@ -102,15 +102,17 @@ def _evaluation_loops(model: ModuleModel, averaged: bool = False) -> Iterator[tu
             continue
         iterates_data = (loop.loader is not None and not _part_of_network(model, loop.loader)
                          or bool(_DATA_ITER.search(loop.iter_text)))
-        by_index = loop.iter_text.lstrip().startswith("range(") and loop.loader is None  # not `next(it)` per index
+        by_index = bool(_COUNTED.match(loop.iter_text)) and loop.loader is None  # not `next(it)` per index
         if not iterates_data and not by_index and not loop.generates:
             continue
         forwards = [e for e in model.events if inside(e, loop) and (
             _is_model_forward(model, e) or averaged and e.kind is K.FORWARD and model.role(e.target) is Role.EMA)]
         if not forwards or _network_of_the_loop(model, loop, forwards[0]):
             continue
-        if by_index and not loop.generates and not _HELD_OUT.search(_arguments_text(forwards[0])):
-            continue  # `for i in range(n)`: only a loop slicing held-out data (`X_val[i:i + bs]`) evaluates
+        if by_index and not loop.generates and not _HELD_OUT.search(_arguments_text(forwards[0])) and (
+                forwards[0].target not in model.generating):
+            continue  # `for i in range(n)`: only a loop slicing held-out data (`X_val[i:i + bs]`) evaluates,
+            # or one that runs a network generating step by step (`images = sampler(noise)` per batch)
         firsts: dict[str, Event] = {}
         for event in forwards:
             if event.target not in firsts and (
@@ -149,6 +151,8 @@ def _shown_in(forward: Event, via: tuple[CallSite, ...]) -> Event | CallSite:
     return forward
 
 
+# a counted loop: `range(n)`, tqdm's `trange(n)`, `tqdm(range(n))`
+_COUNTED = re.compile(r"\s*(?:t?range\(|tqdm\(\s*range\()")
 # held-out data named in a forward's arguments: `model(X_val)`, `net(x_test[i:j])`
 _HELD_OUT = re.compile(r"(?<![A-Za-z])(val|valid|validation|test|dev|holdout|eval)(?![a-z])", re.I)
 
@@ -579,6 +583,8 @@ class EvalWithoutNoGrad(Rule):
                 continue
             cost = ("each step keeps its activations, and what it produces goes into the next step, "
                     "so the graph grows with every step until the loop ends" if loop.feeds_back else
+                    "its forward produces its output step by step, and the graph of every step is kept "
+                    "until the output is dropped" if forward.target in ctx.model.generating else
                     "every step keeps its activations for a backward that never comes" if loop.generates else
                     "every batch keeps its activations for a backward that never comes")
             yield self.finding(
