@@ -16,7 +16,9 @@ import re
 
 import libcst as cst
 
-from loopcheck.lint.loopmodel.nodes import NO_GRAD_WORDS, _dotted, _target_names, returns_by_grad_mode, stops_recording_with
+from loopcheck.lint.loopmodel.nodes import (
+    NO_GRAD_WORDS, _dotted, _feeds_back, _target_names, returns_by_grad_mode, stops_recording_with,
+)
 from loopcheck.lint.loopmodel.units import _Class, _Unit
 from loopcheck.lint.syntax import walk
 
@@ -70,8 +72,6 @@ def generates(cls: _Class) -> bool:
     call reading what the previous one produced (a diffusion sampler's `for t in
     reversed(range(T)): x_t = ... self.p_mean_variance(x_t, t) ...`): run with recording on, it
     keeps the graph of every step."""
-    from loopcheck.lint.loopmodel.statements import _feeds_back
-
     found = cls.method("forward") or cls.method("__call__")
     if found is None:
         return False

@@ -9,7 +9,7 @@ import libcst as cst
 
 from loopcheck.lint.loopmodel.torch_api import _MOVE_METHODS
 from loopcheck.lint.positions import node_code
-from loopcheck.lint.syntax import child_nodes, classes_of, walk_pruned
+from loopcheck.lint.syntax import child_nodes, classes_of, walk, walk_pruned
 from loopcheck.lint.values import dotted, string_value
 
 if TYPE_CHECKING:
@@ -261,3 +261,39 @@ def returns_by_grad_mode(fdef: cst.FunctionDef, text: "Callable[[cst.CSTNode], s
             off = off or stops_recording_with(node, text)
         stack.extend((child, off) for child in child_nodes(node) if type(child) in _STATEMENT_PARTS)
     return returns, off_returns
+
+
+def _feeds_back(body: cst.BaseSuite) -> bool:
+    """A name handed to a call in the loop before the loop's body binds it, and bound there from a
+    call: each iteration's call reads what the previous one produced (`output, state =
+    model(input, state)`, `ids = torch.cat([ids, next_id], 1)`), so its graph chains from one
+    iteration to the next."""
+    assigned: set[str] = set()  # bound earlier in the iteration, in source order
+    carried: set[str] = set()
+    from_calls: set[str] = set()  # bound from a call's result (`x = mean + std * noise` after `mean = f(x)`)
+    for node, _ in walk(body):
+        kind = type(node)
+        if kind is cst.Expr:
+            carried |= _passed(node.value) - assigned  # type: ignore[attr-defined]
+        elif kind in (cst.Assign, cst.AugAssign, cst.AnnAssign) and node.value is not None:  # type: ignore[attr-defined]
+            value = node.value  # type: ignore[attr-defined]
+            carried |= _passed(value) - assigned
+            targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]  # type: ignore[attr-defined]
+            bound = {name for t in targets for name in _target_names(t)}
+            if type(value) is cst.Call or from_calls & {n.value for n, _ in walk(value) if type(n) is cst.Name}:
+                from_calls |= bound
+            assigned |= bound
+    return bool(carried & from_calls)
+
+
+def _passed(expr: cst.BaseExpression) -> set[str]:
+    """The names handed to the calls of `expr`, alone or in a literal tuple or list."""
+    found: set[str] = set()
+    for node, _ in walk(expr):
+        if type(node) is cst.Arg:
+            value = node.value
+            if type(value) is cst.Name:
+                found.add(value.value)
+            elif type(value) in (cst.List, cst.Tuple):
+                found.update(e.value.value for e in value.elements if type(e.value) is cst.Name)  # type: ignore[attr-defined]
+    return found

@@ -13,6 +13,7 @@ from loopcheck.lint.loopmodel.frames import _Frame, _Value
 from loopcheck.lint.loopmodel.nodes import (
     STRING_ARGUMENT,
     _dotted,
+    _feeds_back,
     _in_scope,
     _index,
     _is_none,
@@ -25,15 +26,11 @@ from loopcheck.lint.loopmodel.nodes import (
     _unmoved,
     _yielded_param,
 )
-from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
+from loopcheck.lint.loopmodel.torch_api import ACCUMULATION_CONTEXTS, GRAD_CONTEXTS, SCALED_LOSS_CONTEXTS, LOADER_WRAPPERS, LOADER_WRAPPERS_ANY, _ANNOTATION_ROLES, _CONSTANTS, _PARAM_METHODS, is_accumulation_test
 from loopcheck.lint.loopmodel.units import _Class, _constant_truth
 from loopcheck.lint.loopmodel.traces import _Branch, _Jump, _LoopRef
 from loopcheck.lint.positions import node_code
 from loopcheck.lint.syntax import walk
-
-
-# context managers that set whether autograd records
-_GRAD_CONTEXTS = frozenset({"no_grad", "inference_mode", "enable_grad", "set_grad_enabled"})
 
 
 class BuilderStatements:
@@ -293,8 +290,8 @@ class BuilderStatements:
         loop = Loop(kind=LoopKind.OTHER, node=stmt, path=frame.unit.path, module=frame.unit.module, parent=parent, via=frame.via,
                     iter_text=frame.unit.text(iter_node), guards=tuple(self.guards))
         loop.loader = self._loader_of(iter_node, frame) if type(stmt) is cst.For else None
-        loop.generates = type(stmt) is cst.For and _generation_loop(frame, loop.iter_text, stmt)
-        loop.feeds_back = loop.generates and _feeds_back(stmt.body)
+        if type(stmt) is cst.For:
+            loop.generates, loop.feeds_back = _generation_loop(frame, loop.iter_text, stmt)
         if loop.loader:
             self.candidates.setdefault(loop.loader, frame.unit.path)
         (parent.children if parent is not None else self.loops).append(loop)
@@ -373,7 +370,7 @@ class BuilderStatements:
                 expr = found[1]
         if type(expr) is cst.IfExp:
             # `torch.enable_grad() if fine_tune else torch.no_grad()`: recording depends on the run
-            if any(type(e) is cst.Call and (frame.unit.qualify(e.func) or "").rsplit(".", 1)[-1] in _GRAD_CONTEXTS
+            if any(type(e) is cst.Call and (frame.unit.qualify(e.func) or "").rsplit(".", 1)[-1] in GRAD_CONTEXTS
                    for e in (expr.body, expr.orelse)):
                 frame.grad_conditional = True
             return
@@ -734,52 +731,20 @@ _GENERATION_FUNCTION = re.compile(r"generat|sampl|decod|greedy|beam", re.I)
 _GENERATION_COUNT = re.compile(r"sampl|generat|new_tokens", re.I)
 
 
-def _generation_loop(frame: _Frame, iter_text: str, stmt: cst.For) -> bool:
-    """A counted loop in a generation function (`for t in reversed(range(steps))` in `sample`),
-    or one counting the outputs it produces that feeds what a call returned back into that call
-    (`for i in range(num_samples): output, state = model(input, state)`), unless it keeps
-    log-probabilities for a policy-gradient backward or is a method of a network."""
+def _generation_loop(frame: _Frame, iter_text: str, stmt: cst.For) -> tuple[bool, bool]:
+    """Whether the loop generates, and whether each step reads what the last produced
+    (`_feeds_back`). A counted loop in a generation function (`for t in reversed(range(steps))`
+    in `sample`), or one counting the outputs it produces that feeds what a call returned back
+    into that call (`for i in range(num_samples): output, state = model(input, state)`), unless it
+    keeps log-probabilities for a policy-gradient backward or is a method of a network."""
     if frame.cls is not None and frame.cls.kind() is Role.MODEL:
-        return False  # a network's own decoding steps (`vae.tiled_decode`): its callers choose no_grad
+        return False, False  # a network's own decoding steps (`vae.tiled_decode`): its callers choose no_grad
     if "range(" not in iter_text:
-        return False
+        return False, False
     named = bool(_GENERATION_FUNCTION.search(frame.name.rsplit(".", 1)[-1]))
-    if not named and not (_GENERATION_COUNT.search(iter_text) and _feeds_back(stmt.body)):
-        return False
-    return "log_prob" not in frame.unit.text(stmt.body)
-
-
-def _feeds_back(body: cst.BaseSuite) -> bool:
-    """A name handed to a call in the loop before the loop's body binds it, and bound there from a
-    call: each iteration's call reads what the previous one produced (`output, state =
-    model(input, state)`, `ids = torch.cat([ids, next_id], 1)`), so its graph chains from one
-    iteration to the next."""
-    assigned: set[str] = set()  # bound earlier in the iteration, in source order
-    carried: set[str] = set()
-    from_calls: set[str] = set()  # bound from a call's result (`x = mean + std * noise` after `mean = f(x)`)
-    for node, _ in walk(body):
-        kind = type(node)
-        if kind is cst.Expr:
-            carried |= _passed(node.value) - assigned  # type: ignore[attr-defined]
-        elif kind in (cst.Assign, cst.AugAssign, cst.AnnAssign) and node.value is not None:  # type: ignore[attr-defined]
-            value = node.value  # type: ignore[attr-defined]
-            carried |= _passed(value) - assigned
-            targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]  # type: ignore[attr-defined]
-            bound = {name for t in targets for name in _target_names(t)}
-            if type(value) is cst.Call or from_calls & {n.value for n, _ in walk(value) if type(n) is cst.Name}:
-                from_calls |= bound
-            assigned |= bound
-    return bool(carried & from_calls)
-
-
-def _passed(expr: cst.BaseExpression) -> set[str]:
-    """The names handed to the calls of `expr`, alone or in a literal tuple or list."""
-    found: set[str] = set()
-    for node, _ in walk(expr):
-        if type(node) is cst.Arg:
-            value = node.value
-            if type(value) is cst.Name:
-                found.add(value.value)
-            elif type(value) in (cst.List, cst.Tuple):
-                found.update(e.value.value for e in value.elements if type(e.value) is cst.Name)  # type: ignore[attr-defined]
-    return found
+    if not named and not _GENERATION_COUNT.search(iter_text):
+        return False, False
+    feeds = _feeds_back(stmt.body)
+    if not (named or feeds) or "log_prob" in frame.unit.text(stmt.body):
+        return False, False
+    return True, feeds

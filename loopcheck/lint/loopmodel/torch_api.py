@@ -168,6 +168,8 @@ def is_accumulation_test(text: str) -> bool:
 _BUILTINS = frozenset(dir(builtins))
 
 
+# context managers that set whether autograd records
+GRAD_CONTEXTS = frozenset({"no_grad", "inference_mode", "enable_grad", "set_grad_enabled"})
 _CONSTANTS = {"None": False, "False": False, "True": True}
 _TENSOR_METHODS = frozenset({
     "mean", "sum", "float", "double", "half", "item", "view", "reshape", "squeeze", "unsqueeze", "to", "detach",

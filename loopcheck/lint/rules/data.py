@@ -332,17 +332,7 @@ class SamplerSetEpochMissing(Rule):
         """The call that builds the DistributedSampler (or a project subclass of it) `expr` refers to,
         directly or through the samplers that wrap it (`BatchSampler(sampler, ...)`, a project
         sampler that iterates the one it is given)."""
-        call, found_index = None, index
-        if isinstance(expr, cst.Call):
-            call = expr
-        elif isinstance(expr, cst.IfExp):
-            call = _built_one_way(expr)
-        else:
-            values = flow.values_of(index, expr, at) if isinstance(expr, (cst.Name, cst.Attribute)) else []
-            if len(values) == 1 and values[0][3] is None and isinstance(values[0][1], cst.Call):
-                found_index, call = values[0][0], values[0][1]
-            elif len(values) == 1 and values[0][3] is None and isinstance(values[0][1], cst.IfExp):
-                found_index, call = values[0][0], _built_one_way(values[0][1])
+        found_index, call = _built_by(flow, index, expr, at)
         if call is not None and _builds_distributed_sampler(flow, found_index, call):
             return Where(found_index, call)
         inner = _wrapped_sampler(flow, found_index, call) if call is not None and depth < 3 else None
@@ -401,16 +391,31 @@ def _sampler_name(flow: Flow, index: ModuleIndex, expr: cst.BaseExpression, at: 
     built where it is passed), and whether it is wrapped."""
     name, wrapped = dotted(expr), False
     for _ in range(3):
-        call = expr if isinstance(expr, cst.Call) else None
-        if call is None and isinstance(expr, (cst.Name, cst.Attribute)):
-            values = flow.values_of(index, expr, at)
-            if len(values) == 1 and values[0][3] is None and isinstance(values[0][1], cst.Call):
-                index, call = values[0][0], values[0][1]
+        index, call = _built_by(flow, index, expr, at)
         inner = _wrapped_sampler(flow, index, call) if call is not None else None
         if inner is None:
             break
         expr, name, wrapped = inner, dotted(inner), True
     return name, wrapped
+
+
+def _built_by(flow: Flow, index: ModuleIndex, expr: cst.BaseExpression,
+              at: cst.CSTNode) -> tuple[ModuleIndex, cst.Call | None]:
+    """The call that builds what `expr` holds, written there or the one value of the name it is
+    (`DistributedSampler(ds) if distributed else None`: the side that builds one), with the
+    module it is written in; None when it is not one known call."""
+    if isinstance(expr, cst.Call):
+        return index, expr
+    if isinstance(expr, cst.IfExp):
+        return index, _built_one_way(expr)
+    values = flow.values_of(index, expr, at) if isinstance(expr, (cst.Name, cst.Attribute)) else []
+    if len(values) == 1 and values[0][3] is None:
+        value = values[0][1]
+        if isinstance(value, cst.Call):
+            return values[0][0], value
+        if isinstance(value, cst.IfExp):
+            return values[0][0], _built_one_way(value)
+    return index, None
 
 
 def _built_one_way(choice: cst.IfExp) -> cst.Call | None:

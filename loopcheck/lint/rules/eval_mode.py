@@ -567,6 +567,17 @@ def _loop_source(ctx: FileContext, loop: Loop) -> str:
         return ""
 
 
+def _recording_cost(model: ModuleModel, loop: Loop, forward: Event) -> str:
+    """What running `forward` with recording on costs in `loop`."""
+    if loop.feeds_back:
+        return ("each step keeps its activations, and what it produces goes into the next step, so the "
+                "graph grows with every step until the loop ends")
+    if forward.target in model.generating:
+        return "its forward produces its output step by step, and the graph of every step is kept until the output is dropped"
+    what = "step" if loop.generates else "batch"
+    return f"every {what} keeps its activations for a backward that never comes"
+
+
 class EvalWithoutNoGrad(Rule):
     code = "LC302"
 
@@ -581,18 +592,12 @@ class EvalWithoutNoGrad(Rule):
             if _NEEDS_GRAPH.search(_loop_source(ctx, loop)) or any(
                     _NEEDS_GRAPH.search(source) for source in _helpers_on_the_way(forward, loop)):
                 continue
-            cost = ("each step keeps its activations, and what it produces goes into the next step, "
-                    "so the graph grows with every step until the loop ends" if loop.feeds_back else
-                    "its forward produces its output step by step, and the graph of every step is kept "
-                    "until the output is dropped" if forward.target in ctx.model.generating else
-                    "every step keeps its activations for a backward that never comes" if loop.generates else
-                    "every batch keeps its activations for a backward that never comes")
             yield self.finding(
                 ctx,
                 _in_file(_in_loop_body(forward, loop), forward, ctx.path),
                 f"`{forward.target}` runs forward in the {'generation' if loop.generates else 'evaluation'} "
-                f"loop over `{loop.iter_text}` with autograd recording: {cost}; wrap the loop in "
-                f"`torch.no_grad()` or `torch.inference_mode()`",
+                f"loop over `{loop.iter_text}` with autograd recording: {_recording_cost(ctx.model, loop, forward)}; "
+                f"wrap the loop in `torch.no_grad()` or `torch.inference_mode()`",
             )
         model = ctx.model
         # single forwards outside an evaluation loop: (forward, what it runs on, what it costs)

@@ -39,6 +39,7 @@ from loopcheck.lint.values import (
     first_arg,
     is_torch,
     param_index,
+    string_value,
     torch_name,
 )
 
@@ -462,9 +463,8 @@ def _index_text(expr: cst.Subscript) -> str | None:
     value = expr.slice[0].slice.value
     if type(value) is cst.Integer:
         return value.value
-    if type(value) is cst.SimpleString:
-        return repr(value.evaluated_value)
-    return None
+    text = string_value(value)
+    return repr(text) if text is not None else None
 
 
 def _root(expr: cst.BaseExpression) -> str | None:
